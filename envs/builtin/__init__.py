@@ -1,0 +1,1 @@
+"""Built-in pure-Python text games (registered on import)."""

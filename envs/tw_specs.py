@@ -1,0 +1,1 @@
+"""TextWorld env ids (registered on import; textworld itself is imported lazily)."""

@@ -1,0 +1,1 @@
+"""rlid package."""
