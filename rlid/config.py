@@ -1,0 +1,261 @@
+"""Training configuration: one frozen dataclass, documented once per field.
+
+The ``rlid train`` flags are derived from these fields (``--lr``, ``--group-size``,
+...), a TOML file given with ``--config`` supplies values too (flags win), and
+everything is validated in ``__post_init__`` before any work starts. The resolved
+config, including the :class:`menus.Interface`, is written into every run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from menus import Interface
+
+Plane = Literal["decision", "token", "scoring"]
+AdvantageKind = Literal["group", "gae"]
+AdvScale = Literal["std", "none"]
+TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+Mismatch = Literal["none", "tis", "icepop"]
+ScoreNorm = Literal["sum", "token", "word"]
+RolloutEngine = Literal["trainer", "perturbed", "bf16"]
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; see each field's help (``rlid train --help``)."""
+
+    # --- what to train, where -------------------------------------------------------
+    plane: Plane = _f("decision", "decision (menu readout), token (free text) or scoring")
+    env: str = _f("keydoor", "env id (see `rlid envs`)")
+    env_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "env options, e.g. {size = 3}; CLI: --env-option k=v (repeatable)"},
+    )
+    model: str = _f("tiny", "'tiny' (embedded default) or a local Hugging Face model directory")
+    steps: int = _f(
+        2000, "budget in env steps: training stops at the first iteration that reaches it"
+    )
+    seed: int = _f(0, "seed for model init, rollouts, shuffling and games")
+    threads: int = _f(2, "torch CPU threads (torch.set_num_threads)")
+
+    # --- rollouts ---------------------------------------------------------------------
+    groups_per_iter: int = _f(4, "games per iteration; each is played group_size times")
+    group_size: int = _f(
+        4, "episodes per game per iteration (same game, same seed: a group, as in GRPO)"
+    )
+    temperature: float = _f(1.0, "sampling temperature of the behaviour policy")
+
+    # --- optimisation (PPO, Schulman et al. 2017; CleanRL ppo.py defaults where sensible) --
+    lr: float = _f(3e-4, "AdamW learning rate")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    epochs: int = _f(2, "passes over each iteration's decisions")
+    minibatch_size: int = _f(32, "decisions per optimizer step")
+    clip_eps: float = _f(0.2, "PPO ratio clip epsilon")
+    ent_coef: float = _f(0.01, "entropy bonus coefficient (exact entropy over the menu)")
+    kl_coef: float = _f(0.0, "KL-to-reference coefficient (exact KL over the menu)")
+    vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
+    advantage: AdvantageKind = _f(
+        "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
+    )
+    adv_scale: AdvScale = _f("std", "group advantages divided by the group std (std) or not")
+    gamma: float = _f(0.99, "discount (GAE; also the return of group advantages)")
+    lam: float = _f(0.95, "GAE lambda")
+    max_grad_norm: float = _f(1.0, "gradient-norm clip")
+    target_kl: float | None = _f(
+        None, "stop the epoch loop early when approx KL to the rollout policy exceeds this"
+    )
+
+    # --- token plane (baselines) --------------------------------------------------------
+    algo: TokenAlgo = _f("grpo", "token-plane loss: grpo, dr_grpo, dapo, gspo or cispo")
+    mismatch: Mismatch = _f("none", "train-inference correction: none, tis or icepop")
+    rollout_engine: RolloutEngine = _f(
+        "trainer",
+        "token-plane sampler: trainer (same model), perturbed (seeded logit noise) or bf16",
+    )
+    engine_noise: float = _f(0.05, "logit-noise scale of the perturbed rollout engine")
+    max_new_tokens: int = _f(8, "token plane: longest generated command")
+    invalid_penalty: float = _f(0.0, "token plane: reward added when a command does not parse")
+    max_gen_batches: int = _f(3, "DAPO dynamic sampling: most generation rounds per iteration")
+    beta: float = _f(0.0, "token plane: k3 KL-to-reference coefficient")
+
+    # --- scoring plane --------------------------------------------------------------------
+    norm: ScoreNorm = _f("token", "action scoring: sum, token-mean or word-mean log-likelihood")
+
+    # --- evaluation and bookkeeping -------------------------------------------------------
+    eval_episodes: int = _f(16, "held-out episodes evaluated before and after training")
+    eval_every: int = _f(0, "also evaluate every N iterations (0: only before and after)")
+    checkpoint_every: int = _f(1, "write a checkpoint every N iterations")
+
+    interface: Interface = field(
+        default_factory=Interface, metadata={"help": "what the policy sees (menus.Interface)"}
+    )
+
+    def __post_init__(self) -> None:
+        for name, f in self.__dataclass_fields__.items():
+            value = getattr(self, name)
+            hint = typing.get_type_hints(TrainConfig)[name]
+            if typing.get_origin(hint) is Literal and value not in get_args(hint):
+                valid = ", ".join(repr(v) for v in get_args(hint))
+                raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
+            del f
+        positive = ("steps", "groups_per_iter", "group_size", "epochs", "minibatch_size")
+        for name in positive + ("threads", "max_new_tokens", "max_gen_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "clip_eps", "max_grad_norm", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not (0 < self.gamma <= 1 and 0 <= self.lam <= 1):
+            raise ValueError(f"need 0 < gamma <= 1 and 0 <= lam <= 1, got {self.gamma}, {self.lam}")
+        if self.advantage == "group" and self.group_size < 2:
+            raise ValueError(
+                "advantage='group' needs group_size >= 2 (a group of one has no baseline); "
+                "raise --group-size or use --advantage gae"
+            )
+        if self.plane == "token" and self.advantage == "gae":
+            raise ValueError("the token plane is critic-free: use --advantage group")
+        if self.eval_episodes < 0 or self.eval_every < 0 or self.checkpoint_every < 1:
+            raise ValueError("eval_episodes, eval_every must be >= 0 and checkpoint_every >= 1")
+        if not isinstance(self.env_options, dict):
+            raise ValueError("env_options must be a table of option = value")
+
+    @property
+    def episodes_per_iter(self) -> int:
+        return self.groups_per_iter * self.group_size
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["env_options"] = dict(self.env_options)
+        out["interface"] = self.interface.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
+            )
+        if "interface" in data and isinstance(data["interface"], dict):
+            data["interface"] = Interface.from_dict(data["interface"])
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- CLI glue
+_SKIP_FLAGS = {"interface", "env_options"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _arg_type(hint: Any) -> tuple[Any, tuple[Any, ...] | None]:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return str, get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        return _arg_type(inner[0])
+    if hint is bool:
+        return _parse_bool, None
+    return hint, None
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per TrainConfig and Interface field (defaults None: 'not given')."""
+    parser.add_argument("--config", type=Path, help="TOML file with config values (flags win)")
+    parser.add_argument(
+        "--env-option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="env option (repeatable), e.g. -o size=3",
+    )
+    group = parser.add_argument_group("training")
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _SKIP_FLAGS:
+            continue
+        kind, choices = _arg_type(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        group.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            type=kind,
+            choices=choices,
+            default=None,
+            help=f"{f.metadata.get('help', '')} (default: {default})",
+        )
+    igroup = parser.add_argument_group("interface (what the policy sees)")
+    ihints = typing.get_type_hints(Interface)
+    for f in dataclasses.fields(Interface):
+        kind, choices = _arg_type(ihints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        igroup.add_argument(
+            _flag(f.name),
+            dest=f"interface__{f.name}",
+            type=kind,
+            choices=choices,
+            default=None,
+            help=f"{(f.metadata or {}).get('help', f.name)} (default: {default})",
+        )
+
+
+def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
+    """TOML file (if any) < flags < ``fixed``; validated."""
+    from envs.registry import parse_option_strings
+
+    data: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config file {path} is not valid TOML: {err}") from None
+    interface = dict(data.pop("interface", {}) or {})
+    env_options = dict(data.pop("env_options", {}) or {})
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(args, f.name, None)
+        if f.name not in _SKIP_FLAGS and value is not None:
+            data[f.name] = value
+    for f in dataclasses.fields(Interface):
+        value = getattr(args, f"interface__{f.name}", None)
+        if value is not None:
+            interface[f.name] = value
+    env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
+    data.update(fixed)
+    data["env_options"] = env_options
+    base = Interface()
+    data["interface"] = Interface.from_dict({**base.to_dict(), **interface})
+    return TrainConfig.from_dict(data)

@@ -1,0 +1,163 @@
+"""A run directory: resolved config, per-iteration metrics, checkpoints, curves, summary.
+
+Layout::
+
+    DIR/config.json          resolved TrainConfig (including the Interface)
+    DIR/metrics.jsonl        one JSON object per iteration
+    DIR/eval.json            held-out evaluation before / after training
+    DIR/checkpoint/          latest checkpoint (model safetensors, optimizer, RNG, state)
+    DIR/curves.png           learning curves
+    DIR/summary.md           a short human report
+
+Every file is written atomically (temp file or directory, then ``os.replace``), so a
+run killed at any point leaves either the previous or the next version, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT = "checkpoint"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().item() if value.numel() == 1 else value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite metrics.jsonl atomically with ``rows`` (used on every iteration and on resume)."""
+    text = "".join(json.dumps(_jsonable(r), sort_keys=True) + "\n" for r in rows)
+    atomic_write_text(Path(run_dir) / "metrics.jsonl", text)
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    *,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    extra_modules: dict[str, torch.nn.Module],
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+) -> Path:
+    """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one."""
+    run_dir = Path(run_dir)
+    final = run_dir / CHECKPOINT
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
+    try:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        from safetensors.torch import save_file
+
+        for name, module in extra_modules.items():
+            tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+            save_file(tensors, str(tmp / f"{name}.safetensors"))
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt"
+        )
+        (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
+        old = None
+        if final.exists():
+            old = run_dir / f".checkpoint.old.{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def recover_checkpoint_dir(run_dir: Path) -> Path | None:
+    """The checkpoint dir, recovering from a kill between the two renames of a save."""
+    run_dir = Path(run_dir)
+    final = run_dir / CHECKPOINT
+    if (final / "state.json").exists():
+        return final
+    olds = sorted(run_dir.glob(".checkpoint.old.*"))
+    for old in olds:
+        if (old / "state.json").exists():
+            os.replace(old, final)
+            return final
+    return None
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    return torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)
+
+
+def load_module_state(ckpt: Path, name: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = Path(ckpt) / f"{name}.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {ckpt} has no {name}.safetensors")
+    return load_file(str(path))
