@@ -1,0 +1,440 @@
+"""Token-plane policy losses: GRPO, Dr. GRPO, DAPO, GSPO, CISPO, with TIS / IcePop.
+
+Each variant is a (surrogate, aggregation) pair. A surrogate turns per-token
+log-probabilities into a per-token loss of shape (B, T); an aggregation reduces
+it to a scalar under the completion mask. Metrics are detached 0-d tensors
+(nothing here calls ``.item()``), so they can be reduced across processes.
+
+Three distributions have three names:
+
+* ``logp``         current trainer policy π_θ (carries the gradient),
+* ``logp_old``     the trainer's policy when the rollout was made, π_old,
+* ``logp_rollout`` the sampling engine's policy μ (another dtype, kernel or engine).
+
+π_θ/π_old is staleness, handled by the PPO / GSPO clip; π_old/μ is the
+train-inference mismatch, handled by TIS or IcePop. One never replaces the other.
+
+Sources, and where this code departs from them:
+
+* GRPO — Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical
+  Reasoning in Open Language Models" (arXiv:2402.03300). Token clip, length
+  mean per sequence then mean over sequences, k3 KL to a reference policy.
+* Dr. GRPO — Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+  Perspective" (arXiv:2503.20783). No std division in the advantage
+  (``group_advantages(scale="none")``) and a constant normaliser B·max_len
+  instead of each sequence's length.
+* DAPO — Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning
+  System at Scale" (arXiv:2503.14476). Clip-higher (0.2 / 0.28) and a token
+  mean over the whole batch. Dynamic sampling and overlong shaping live outside
+  the loss (``nonzero_variance_groups``, ``overlong_penalty``); DAPO drops the
+  KL term, which here is simply ``beta=0`` (the default).
+* GSPO — Zheng et al. 2025, "Group Sequence Policy Optimization"
+  (arXiv:2507.18071). One length-normalised ratio per sequence and one clip
+  (3e-4 / 4e-4). The paper has no mismatch correction and no KL; here both are
+  applied per sequence (the mismatch ratio is length-normalised the same way).
+* CISPO — MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with
+  Lightning Attention" (arXiv:2506.13585). A stop-gradient, clipped IS weight
+  times the log-probability, token mean. The paper's lower bound is left
+  effectively disabled; here there is only the upper bound.
+* TIS — Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
+  Off-Policy RL Training" (blog). Weight min(π_old/μ, C): one-sided, small
+  ratios kept.
+* IcePop — Ling Team 2025, Ring-1T report "Every Step Evolves: Scaling
+  Reinforcement Learning for Trillion-Scale Thinking Model" / the IcePop blog.
+  Weight π_old/μ inside [low, high], zero outside: a two-sided mask, not a clip.
+
+TIS and IcePop weights multiply the policy-gradient term only, never the KL
+term (the KL is to a fixed reference, independent of which engine sampled).
+In-mask values are used as given; masked positions may hold anything (-inf,
+huge values) and never reach an ``exp``, the loss, the metrics or a gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Variant = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+Mismatch = Literal["none", "tis", "icepop"]
+AdvantageScale = Literal["std", "none"]
+Metrics = dict[str, Tensor]
+
+
+# ---------------------------------------------------------------------------
+# masked reductions (counts are clamped at 1: an empty selection sums to 0)
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _masked_min_max(values: Tensor, selected: Tensor, empty: float) -> tuple[Tensor, Tensor]:
+    if values.numel() == 0:
+        fill = values.new_tensor(empty)
+        return fill, fill
+    any_selected = selected.any()
+    low = torch.where(selected, values, torch.inf).amin()
+    high = torch.where(selected, values, -torch.inf).amax()
+    return torch.where(any_selected, low, empty), torch.where(any_selected, high, empty)
+
+
+# ---------------------------------------------------------------------------
+# train-inference mismatch rules: rho = pi_old / mu  ->  (weight, metrics)
+# `unit_mask` marks the units the weight applies to (tokens, or sequences for GSPO).
+
+
+def no_correction(
+    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
+) -> tuple[Tensor, Metrics]:
+    """Weight 1: trust the sampler to be the trainer's π_old."""
+    return torch.ones_like(rho), {}
+
+
+def tis_weight(
+    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
+) -> tuple[Tensor, Metrics]:
+    """Truncated importance sampling (Yao et al. 2025): min(rho, cap)."""
+    truncated = (rho > tis_cap).to(unit_mask.dtype)
+    return rho.clamp(max=tis_cap), {"tis_truncated_frac": _masked_mean(truncated, unit_mask)}
+
+
+def icepop_weight(
+    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
+) -> tuple[Tensor, Metrics]:
+    """IcePop (Ring-1T): rho inside [low, high], 0 outside — rho itself, not clipped."""
+    keep = (rho >= icepop_low) & (rho <= icepop_high)
+    masked = (~keep).to(unit_mask.dtype)
+    weight = torch.where(keep, rho, torch.zeros_like(rho))
+    return weight, {"icepop_masked_frac": _masked_mean(masked, unit_mask)}
+
+
+MismatchRule = Callable[..., tuple[Tensor, Metrics]]
+MISMATCH_RULES: dict[Mismatch, MismatchRule] = {
+    "none": no_correction,
+    "tis": tis_weight,
+    "icepop": icepop_weight,
+}
+
+
+# ---------------------------------------------------------------------------
+# surrogates: per-token loss (B, T) before the KL term and before masking.
+# Inputs are already cleaned: zeros at masked positions of logp, log_ratio, log_rho.
+
+Weigh = Callable[[Tensor, Tensor], tuple[Tensor, Metrics]]
+
+
+def clipped_token_surrogate(
+    logp: Tensor,
+    log_ratio: Tensor,
+    log_rho: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    weigh: Weigh,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[Tensor, Metrics]:
+    """PPO token clip (GRPO / Dr. GRPO / DAPO): −min(r·A, clip(r)·A)·w."""
+    ratio = torch.exp(log_ratio)  # (B, T)
+    adv = advantages[:, None]  # (B, 1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    weight, metrics = weigh(torch.exp(log_rho), mask)  # (B, T)
+    loss = -torch.minimum(unclipped, clipped) * weight
+    metrics["clip_frac"] = _masked_mean((clipped < unclipped).to(mask.dtype), mask)
+    return loss, metrics
+
+
+def clipped_sequence_surrogate(
+    logp: Tensor,
+    log_ratio: Tensor,
+    log_rho: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    weigh: Weigh,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[Tensor, Metrics]:
+    """GSPO: s_i = exp(mean_t log r), one clip per sequence, broadcast over its tokens.
+
+    With the per-sequence token mean as aggregation, each sequence contributes
+    exactly its l_i (an empty sequence contributes 0 and still counts in B).
+    """
+    lengths = mask.sum(-1).clamp(min=1)  # (B,)
+    nonempty = (mask.sum(-1) > 0).to(mask.dtype)  # (B,)
+    seq_ratio = torch.exp((log_ratio * mask).sum(-1) / lengths)  # (B,)
+    seq_rho = torch.exp((log_rho * mask).sum(-1) / lengths)  # (B,)
+    unclipped = seq_ratio * advantages
+    clipped = torch.clamp(seq_ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    weight, metrics = weigh(seq_rho, nonempty)
+    seq_loss = -torch.minimum(unclipped, clipped) * weight  # (B,)
+    metrics["clip_frac"] = _masked_mean((clipped < unclipped).to(mask.dtype), nonempty)
+    return seq_loss[:, None].expand_as(mask), metrics
+
+
+def cispo_surrogate(
+    logp: Tensor,
+    log_ratio: Tensor,
+    log_rho: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    weigh: Weigh,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[Tensor, Metrics]:
+    """CISPO: −sg(min(r, 1+eps_high))·A·log π_θ·w; every token keeps a gradient."""
+    ratio = torch.exp(log_ratio)  # (B, T)
+    is_weight = torch.clamp(ratio, max=1.0 + eps_high).detach()
+    weight, metrics = weigh(torch.exp(log_rho), mask)
+    loss = -is_weight * advantages[:, None] * logp * weight
+    metrics["clip_frac"] = _masked_mean((ratio > 1.0 + eps_high).to(mask.dtype), mask)
+    return loss, metrics
+
+
+# ---------------------------------------------------------------------------
+# aggregations: (B, T) per-token loss -> scalar
+
+
+def seq_mean_token_mean(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
+    """Mean over all B sequences of each sequence's token mean (GRPO, GSPO)."""
+    per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+    return per_seq.sum() / max(loss.shape[0], 1)
+
+
+def constant_normaliser(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
+    """Σ m·l / (B·max_len): every token weighs the same, whatever its sequence length (Dr. GRPO)."""
+    if max_len is None or max_len <= 0:
+        raise ValueError("variant 'dr_grpo' needs max_len > 0 (the generation budget in tokens)")
+    return (loss * mask).sum() / (max(loss.shape[0], 1) * max_len)
+
+
+def token_mean(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
+    """Σ m·l / Σ m over the whole batch (DAPO, CISPO)."""
+    return _masked_mean(loss, mask)
+
+
+Surrogate = Callable[..., tuple[Tensor, Metrics]]
+Aggregation = Callable[[Tensor, Tensor, "int | None"], Tensor]
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A loss variant: surrogate, aggregation, and the paper's clip range.
+
+    ``eps_high=None`` means symmetric (eps_high defaults to eps_low);
+    ``eps_low=None`` means the surrogate has no lower bound.
+    """
+
+    surrogate: Surrogate
+    aggregate: Aggregation
+    eps_low: float | None
+    eps_high: float | None
+
+
+VARIANTS: dict[Variant, VariantSpec] = {
+    "grpo": VariantSpec(clipped_token_surrogate, seq_mean_token_mean, 0.2, None),
+    "dr_grpo": VariantSpec(clipped_token_surrogate, constant_normaliser, 0.2, None),
+    "dapo": VariantSpec(clipped_token_surrogate, token_mean, 0.2, 0.28),
+    "gspo": VariantSpec(clipped_sequence_surrogate, seq_mean_token_mean, 3e-4, 4e-4),
+    "cispo": VariantSpec(cispo_surrogate, token_mean, None, 4.0),
+}
+
+
+def _lookup(table: dict, name: str, kind: str):
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(map(repr, table))}")
+    return table[name]
+
+
+def _clip_range(
+    variant: str, spec: VariantSpec, eps_low: float | None, eps_high: float | None
+) -> tuple[float, float]:
+    if spec.eps_low is None:
+        if eps_low is not None:
+            raise ValueError(f"variant {variant!r} has no lower clip; leave eps_low unset")
+        low = 0.0
+    else:
+        low = spec.eps_low if eps_low is None else eps_low
+    if eps_high is not None:
+        high = eps_high
+    else:
+        high = low if spec.eps_high is None else spec.eps_high
+    if low < 0 or high < 0:
+        raise ValueError(f"clip range must be non-negative, got eps_low={low}, eps_high={high}")
+    return low, high
+
+
+def _check_shapes(logp: Tensor, advantages: Tensor, **same_as_logp: Tensor | None) -> None:
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
+    for name, tensor in same_as_logp.items():
+        if tensor is not None and tensor.shape != logp.shape:
+            raise ValueError(
+                f"{name} must have the shape of logp {tuple(logp.shape)}, got {tuple(tensor.shape)}"
+            )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(
+            f"advantages must be (B,) = ({logp.shape[0]},), got {tuple(advantages.shape)}"
+        )
+
+
+def token_policy_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    variant: Variant,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    max_len: int | None = None,
+    logp_rollout: Tensor | None = None,
+    mismatch: Mismatch = "none",
+    tis_cap: float = 2.0,
+    icepop_low: float = 0.5,
+    icepop_high: float = 5.0,
+    logp_ref: Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[Tensor, Metrics]:
+    """Policy loss of one token-plane variant, with optional mismatch correction and KL.
+
+    Args:
+        logp: (B, T) log π_θ of the sampled tokens (carries the gradient).
+        logp_old: (B, T) log π_old, the trainer at rollout time.
+        advantages: (B,) one advantage per sequence.
+        mask: (B, T) 1 (or True) on completion tokens, 0 elsewhere.
+        variant: "grpo" | "dr_grpo" | "dapo" | "gspo" | "cispo".
+        eps_low, eps_high: clip range; defaults from the papers (GRPO/Dr. GRPO
+            0.2 symmetric, DAPO 0.2/0.28, GSPO 3e-4/4e-4, CISPO upper 4.0 only).
+        max_len: generation budget, the constant normaliser of Dr. GRPO.
+        logp_rollout: (B, T) log μ of the sampling engine; needed by "tis"/"icepop".
+        mismatch: "none" | "tis" | "icepop", applied to rho = π_old/μ.
+        tis_cap: TIS cap C in min(rho, C).
+        icepop_low, icepop_high: IcePop keeps rho in [low, high], zeros it outside.
+        logp_ref: (B, T) log π_ref; needed when beta > 0.
+        beta: weight of the k3 KL estimator exp(ref−logp) − (ref−logp) − 1.
+
+    Returns:
+        (loss, metrics). Metrics: ``clip_frac`` (masked tokens, or non-empty
+        sequences for GSPO, where the clipped branch is chosen and differs),
+        ``approx_kl`` (mean (r−1) − log r over masked tokens, old → new);
+        with logp_rollout: ``rho_mean``/``rho_min``/``rho_max`` of the raw
+        π_old/μ over masked tokens (1 for an empty batch); ``tis_truncated_frac``
+        or ``icepop_masked_frac`` (same units as clip_frac); ``k3_mean`` when
+        beta > 0.
+    """
+    spec: VariantSpec = _lookup(VARIANTS, variant, "variant")
+    rule: MismatchRule = _lookup(MISMATCH_RULES, mismatch, "mismatch")
+    _check_shapes(
+        logp,
+        advantages,
+        logp_old=logp_old,
+        mask=mask,
+        logp_rollout=logp_rollout,
+        logp_ref=logp_ref,
+    )
+    if mismatch != "none" and logp_rollout is None:
+        raise ValueError(f"mismatch={mismatch!r} needs logp_rollout (log-probs of the sampler)")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if beta > 0 and logp_ref is None:
+        raise ValueError("beta > 0 needs logp_ref (log-probs of the reference policy)")
+    if tis_cap <= 0 or not 0 <= icepop_low <= icepop_high:
+        raise ValueError(
+            f"need tis_cap > 0 and 0 <= icepop_low <= icepop_high, got "
+            f"tis_cap={tis_cap}, icepop_low={icepop_low}, icepop_high={icepop_high}"
+        )
+    eps_low, eps_high = _clip_range(variant, spec, eps_low, eps_high)
+
+    tokens = mask != 0  # (B, T) bool
+    mask_f = tokens.to(logp.dtype)
+    # Masked positions may hold garbage: select before any exp, so neither the
+    # value nor the gradient can see it.
+    logp_safe = torch.where(tokens, logp, 0.0)
+    log_ratio = torch.where(tokens, logp - logp_old.detach(), 0.0)  # log π_θ/π_old
+    if logp_rollout is None:
+        log_rho = torch.zeros_like(log_ratio)
+    else:
+        log_rho = torch.where(tokens, logp_old - logp_rollout, 0.0).detach()  # log π_old/μ
+
+    weigh = partial(rule, tis_cap=tis_cap, icepop_low=icepop_low, icepop_high=icepop_high)
+    loss_tok, metrics = spec.surrogate(
+        logp_safe, log_ratio, log_rho, advantages, mask_f, weigh, eps_low=eps_low, eps_high=eps_high
+    )
+    if beta > 0:
+        log_ref_ratio = torch.where(tokens, logp_ref.detach() - logp, 0.0)  # (B, T)
+        k3 = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
+        loss_tok = loss_tok + beta * k3
+        metrics["k3_mean"] = _masked_mean(k3, mask_f)
+    loss = spec.aggregate(loss_tok, mask_f, max_len)
+
+    with torch.no_grad():
+        metrics["approx_kl"] = _masked_mean(torch.expm1(log_ratio) - log_ratio, mask_f)
+        if logp_rollout is not None:
+            rho = torch.exp(log_rho)
+            metrics["rho_mean"] = torch.where(tokens.any(), _masked_mean(rho, mask_f), 1.0)
+            metrics["rho_min"], metrics["rho_max"] = _masked_min_max(rho, tokens, empty=1.0)
+    return loss, {name: value.detach() for name, value in metrics.items()}
+
+
+# ---------------------------------------------------------------------------
+# advantages and reward shaping
+
+
+def group_advantages(
+    rewards: Tensor, *, scale: AdvantageScale = "std", eps: float = 1e-6
+) -> Tensor:
+    """Group-relative advantages, rewards (N, G) -> (N, G): N prompts, G samples each.
+
+    ``scale="std"`` (GRPO, DeepSeekMath): (r − mean) / (std + eps) with the
+    unbiased group std. ``scale="none"`` (Dr. GRPO): r − mean, no division,
+    which removes the bias toward low-variance (too easy / too hard) groups.
+    A group of one has no std; it is taken as 0, so its advantage is 0.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be (N, G), got shape {tuple(rewards.shape)}")
+    if scale not in ("std", "none"):
+        raise ValueError(f"unknown scale {scale!r}; valid: 'std', 'none'")
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # (N, G)
+    if scale == "none":
+        return centred
+    # unbiased variance by hand: torch's std is NaN (with a warning) for G = 1
+    var = centred.pow(2).sum(dim=1, keepdim=True) / max(rewards.shape[1] - 1, 1)
+    return centred / (var.sqrt() + eps)
+
+
+def nonzero_variance_groups(rewards: Tensor) -> Tensor:
+    """(N, G) -> (N,) bool: groups whose rewards are not all equal.
+
+    DAPO's dynamic sampling keeps only these (the others have zero advantage
+    and no gradient); every filtered sample still counts in the budget.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be (N, G), got shape {tuple(rewards.shape)}")
+    return (rewards != rewards[:, :1]).any(dim=1)
+
+
+def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
+    """DAPO's soft overlong punishment, added to the task reward.
+
+    0 if L <= max_len − cache_len; ((max_len − cache_len) − L) / cache_len
+    (a linear ramp from 0 to −1) inside the last ``cache_len`` tokens; −1 if
+    L > max_len. Returns a float tensor shaped like ``lengths``.
+    """
+    if not 0 < cache_len <= max_len:
+        raise ValueError(
+            f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}"
+        )
+    lengths = torch.as_tensor(lengths)
+    lengths_f = lengths if lengths.is_floating_point() else lengths.to(torch.get_default_dtype())
+    free = max_len - cache_len
+    ramp = (free - lengths_f) / cache_len
+    penalty = torch.where(lengths <= free, torch.zeros_like(lengths_f), ramp)
+    return torch.where(lengths > max_len, torch.full_like(lengths_f, -1.0), penalty)
