@@ -397,12 +397,16 @@ def group_advantages(
     unbiased group std. ``scale="none"`` (Dr. GRPO): r − mean, no division,
     which removes the bias toward low-variance (too easy / too hard) groups.
     A group of one has no std; it is taken as 0, so its advantage is 0.
+    A group of equal rewards gets exactly 0 (not rounding noise / eps).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be (N, G), got shape {tuple(rewards.shape)}")
     if scale not in ("std", "none"):
         raise ValueError(f"unknown scale {scale!r}; valid: 'std', 'none'")
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # (N, G)
+    # rounding in the mean must not turn an all-equal group into eps-scaled noise
+    all_equal = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)  # (N, 1)
+    centred = torch.where(all_equal, 0.0, centred)
     if scale == "none":
         return centred
     # unbiased variance by hand: torch's std is NaN (with a warning) for G = 1

@@ -1,0 +1,191 @@
+"""Decision-level PPO: the clipped surrogate over a menu of legal actions.
+
+The policy is a distribution over the K rows of a menu (label readout), so
+``logp_all`` is (B, K) with ``-inf`` on padded rows (menus shorter than K).
+Because the action space is a short explicit list, entropy and KL to a
+reference policy are exact sums over the valid rows — no sampled estimator,
+unlike the token plane's k3.
+
+Sources: PPO clip (Schulman et al. 2017, "Proximal Policy Optimization
+Algorithms", arXiv:1707.06347), as written in CleanRL's ``ppo.py``. Departures:
+the ratio is over a decision (label probability), not over tokens, and the
+entropy / KL terms are exact instead of Monte-Carlo.
+
+Every padded entry is removed with ``torch.where`` before it can meet an
+``exp`` or a product (0·(−inf) is NaN), so padded rows change neither values
+nor gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Metrics = dict[str, Tensor]
+
+
+def _menu_probs(logp_all: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(valid, logp with 0 on padded rows, probs with 0 on padded rows), all (B, K)."""
+    valid = logp_all != -torch.inf
+    logp = torch.where(valid, logp_all, 0.0)
+    probs = torch.where(valid, torch.exp(logp), 0.0)
+    return valid, logp, probs
+
+
+def exact_entropy(logp_all: Tensor) -> Tensor:
+    """H_b = −Σ_k π(k) log π(k) over the valid rows of each menu: (B, K) -> (B,)."""
+    _, logp, probs = _menu_probs(logp_all)
+    return -(probs * logp).sum(-1)
+
+
+def exact_kl(logp_all: Tensor, logp_ref_all: Tensor) -> Tensor:
+    """KL_b(π ‖ π_ref) = Σ_k π(k)(log π(k) − log π_ref(k)) over valid rows: (B, K) -> (B,).
+
+    Rows are valid where ``logp_all`` is finite; the reference must give those
+    rows a finite log-probability (the same menu, read by another model).
+    """
+    if logp_ref_all.shape != logp_all.shape:
+        raise ValueError(
+            f"logp_ref_all must have the shape of logp_all {tuple(logp_all.shape)}, "
+            f"got {tuple(logp_ref_all.shape)}"
+        )
+    valid, logp, probs = _menu_probs(logp_all)
+    logp_ref = torch.where(valid, logp_ref_all, 0.0)
+    return (probs * (logp - logp_ref)).sum(-1)
+
+
+def label_marginal_kl_uniform(logp_all: Tensor) -> Tensor:
+    """Label/position bias of a batch of menus: 0 means no preferred position.
+
+    Rows are grouped by menu size n (number of valid entries). Within group n,
+    p̄_n(k) is the batch mean of π_b(k) over row positions k, and ū_n(k) the
+    mean of the uniform distributions over each row's valid positions (uniform
+    over positions 0..n−1 when menus are padded at the end). The metric is the
+    size-weighted average Σ_n (c_n / B) · KL(p̄_n ‖ ū_n), with c_n rows in group n.
+
+    This is a different fact from row entropy: confident rows (low entropy)
+    that pick different positions have a flat marginal (KL ≈ 0), while a policy
+    that always favours position 0 has a large KL whatever its entropy.
+    Returns a detached 0-d tensor.
+    """
+    with torch.no_grad():
+        valid, _, probs = _menu_probs(logp_all)
+        batch, width = logp_all.shape
+        sizes = valid.sum(-1)  # (B,)
+        groups = F.one_hot((sizes - 1).clamp(min=0), width).to(probs.dtype)  # (B, n)
+        uniform = valid.to(probs.dtype) / sizes.clamp(min=1)[:, None]  # (B, K)
+        mass = groups.T @ probs  # (n, K): c_n · p̄_n
+        counts = groups.sum(0).clamp(min=1)[:, None]  # (n, 1)
+        p_bar = mass / counts
+        u_bar = (groups.T @ uniform) / counts
+        # u_bar > 0 wherever some row of the group puts mass, so the log is safe there
+        has_mass = mass > 0
+        log_ratio = torch.log(torch.where(has_mass, p_bar, 1.0)) - torch.log(
+            torch.where(has_mass, u_bar, 1.0)
+        )
+        return (mass * log_ratio).sum() / max(batch, 1)
+
+
+def _check_inputs(
+    logp_all: Tensor,
+    actions: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    logp_ref_all: Tensor | None,
+    label_mass: Tensor | None,
+) -> None:
+    if logp_all.dim() != 2:
+        raise ValueError(f"logp_all must be (B, K), got shape {tuple(logp_all.shape)}")
+    batch = logp_all.shape[:1]
+    for name, tensor in [
+        ("actions", actions),
+        ("logp_old", logp_old),
+        ("advantages", advantages),
+        ("label_mass", label_mass),
+    ]:
+        if tensor is not None and tensor.shape != batch:
+            raise ValueError(f"{name} must be (B,) = ({batch[0]},), got {tuple(tensor.shape)}")
+    if actions.is_floating_point() or actions.dtype == torch.bool:
+        raise ValueError(f"actions must be integer row indices, got dtype {actions.dtype}")
+    if logp_ref_all is not None and logp_ref_all.shape != logp_all.shape:
+        raise ValueError(
+            f"logp_ref_all must have the shape of logp_all {tuple(logp_all.shape)}, "
+            f"got {tuple(logp_ref_all.shape)}"
+        )
+
+
+def decision_ppo_loss(
+    logp_all: Tensor,
+    actions: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float = 0.2,
+    ent_coef: float = 0.0,
+    logp_ref_all: Tensor | None = None,
+    kl_coef: float = 0.0,
+    label_mass: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
+
+    loss = −mean_b min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b + kl_coef·mean_b KL_b,
+    r = exp(logp_all[b, a_b] − logp_old[b]).
+
+    Args:
+        logp_all: (B, K) log π_θ over menu rows, ``-inf`` on padded rows.
+        actions: (B,) long, the chosen row of each menu (must be a valid row).
+        logp_old: (B,) log π_old of the chosen row at rollout time.
+        advantages: (B,) advantages (normalise them before, if wanted).
+        clip_eps: PPO clip ε.
+        ent_coef: weight of the exact entropy bonus.
+        logp_ref_all: (B, K) log π_ref over the same menus; needed when kl_coef > 0,
+            and reported as ``kl_ref`` whenever given.
+        kl_coef: weight of the exact KL(π_θ ‖ π_ref) penalty.
+        label_mass: (B,) probability mass the full vocabulary puts on the legal
+            labels (1 − leakage); reported as its mean.
+
+    Returns:
+        (loss, metrics) with detached 0-d metrics: ``policy_loss``,
+        ``clip_frac`` (decisions where the clipped branch is chosen and
+        differs), ``approx_kl`` (mean (r−1) − log r, old → new), ``entropy``
+        (mean H_b), ``label_marginal_kl_uniform`` (see that function), and
+        ``kl_ref`` / ``label_mass`` when given.
+    """
+    _check_inputs(logp_all, actions, logp_old, advantages, logp_ref_all, label_mass)
+    if clip_eps < 0 or kl_coef < 0:
+        raise ValueError(f"need clip_eps >= 0 and kl_coef >= 0, got {clip_eps}, {kl_coef}")
+    if kl_coef > 0 and logp_ref_all is None:
+        raise ValueError("kl_coef > 0 needs logp_ref_all (the reference policy over the menus)")
+    batch, width = logp_all.shape
+    valid = logp_all != -torch.inf  # (B, K)
+    in_range = (actions >= 0) & (actions < width)
+    index = actions.clamp(0, max(width - 1, 0))[:, None]  # (B, 1)
+    if batch > 0 and not bool((in_range & valid.gather(1, index).squeeze(1)).all()):
+        raise ValueError("an action index points at a padded row or outside the menu")
+
+    logp_action = logp_all.gather(1, index).squeeze(1)  # (B,)
+    log_ratio = logp_action - logp_old.detach()
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    n = max(batch, 1)
+    policy_loss = -torch.minimum(unclipped, clipped).sum() / n
+    entropy = exact_entropy(logp_all).sum() / n
+    loss = policy_loss - ent_coef * entropy
+
+    metrics: Metrics = {
+        "policy_loss": policy_loss,
+        "clip_frac": (clipped < unclipped).to(logp_all.dtype).sum() / n,
+        "approx_kl": (torch.expm1(log_ratio) - log_ratio).sum() / n,
+        "entropy": entropy,
+        "label_marginal_kl_uniform": label_marginal_kl_uniform(logp_all),
+    }
+    if logp_ref_all is not None:
+        kl_ref = exact_kl(logp_all, logp_ref_all.detach()).sum() / n
+        if kl_coef > 0:
+            loss = loss + kl_coef * kl_ref
+        metrics["kl_ref"] = kl_ref
+    if label_mass is not None:
+        metrics["label_mass"] = label_mass.sum() / n
+    return loss, {name: value.detach() for name, value in metrics.items()}
