@@ -1,0 +1,363 @@
+"""Exact enumeration for the marginalization variance identity (DESIGN.md §7).
+
+The text policy is the model's distribution over complete commands after a
+token-plane prompt, restricted to an enumerated set of wordings and renormalised:
+
+    log π(y|s)  = Σ_t log p(c_t | prompt, c_<t),   c = tokens of " " + y + terminator
+    π̃(y|s)      = π(y|s) / Σ_{y' enumerated} π(y'|s)
+    π̃(a|s)      = Σ_{f(y)=a} π̃(y|s)
+
+The continuation is tokenized on its own and appended to the prompt's ids, which is
+what a sampler that continues the prompt produces; the terminator makes π a
+distribution over *complete* commands ("go" is not a prefix event of "go east").
+Renormalising makes π̃ a proper distribution on the enumerated set, so the identity
+is exact for it; note ∇log π̃(y) = ∇log π(y) − E_π̃[∇log π(y')].
+
+Scores are computed by autograd in float64: each ∇log π̃(y) by its own backward pass
+and each ∇log π̃(a) by a backward pass through logsumexp over the action's wordings,
+so E[g_y | a] = g_a is checked numerically, not assumed by construction.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class WordingSet:
+    """Actions of one state, the wordings a text policy may write for each, and A(a)."""
+
+    actions: tuple[str, ...]
+    """Action texts, one per legal action; the event a = f(y)."""
+    wordings: tuple[tuple[str, ...], ...]
+    """Wordings per action (aligned with ``actions``); the first is the canonical one."""
+    advantages: tuple[float, ...]
+    """Advantage A(a) per action (aligned with ``actions``); depends on the action only."""
+
+    def __post_init__(self) -> None:
+        if not self.actions:
+            raise ValueError("a wording set needs at least one action")
+        if len(self.wordings) != len(self.actions) or len(self.advantages) != len(self.actions):
+            raise ValueError(
+                f"{len(self.actions)} actions but {len(self.wordings)} wording lists and "
+                f"{len(self.advantages)} advantages: give one of each per action"
+            )
+        owner: dict[str, str] = {}
+        for action, wordings in zip(self.actions, self.wordings):
+            if not wordings:
+                raise ValueError(f"action {action!r} has zero wordings: give at least one")
+            for wording in wordings:
+                if not wording.strip():
+                    raise ValueError(f"action {action!r} has an empty wording")
+                if wording in owner:
+                    raise ValueError(
+                        f"wording {wording!r} is listed for both {owner[wording]!r} and "
+                        f"{action!r}: each wording must map to exactly one action"
+                    )
+                owner[wording] = action
+        if len(set(self.actions)) != len(self.actions):
+            raise ValueError(f"duplicate actions in {self.actions}")
+
+    @property
+    def flat_wordings(self) -> tuple[str, ...]:
+        return tuple(w for ws in self.wordings for w in ws)
+
+    @property
+    def action_index(self) -> torch.Tensor:
+        """(N,) index of each flat wording's action."""
+        return torch.tensor([m for m, ws in enumerate(self.wordings) for _ in ws])
+
+    @property
+    def canonical_mask(self) -> torch.Tensor:
+        """(N,) True for the first wording of each action."""
+        return torch.tensor([j == 0 for ws in self.wordings for j in range(len(ws))])
+
+
+@dataclass(frozen=True)
+class TextScores:
+    """The renormalised text policy on the enumerated wordings and its score vectors.
+
+    N wordings, M actions, D selected parameters; all tensors float64.
+    """
+
+    logp_raw: torch.Tensor
+    """(N,) log π(y|s) under the model, before renormalising."""
+    logp_text: torch.Tensor
+    """(N,) log π̃(y|s)."""
+    logp_action: torch.Tensor
+    """(M,) log π̃(a|s)."""
+    score_text: torch.Tensor
+    """(N, D) ∇θ log π̃(y|s)."""
+    score_action: torch.Tensor
+    """(M, D) ∇θ log π̃(a|s)."""
+    n_tokens: tuple[int, ...]
+    """Continuation tokens per wording (terminator included)."""
+
+    @property
+    def enumerated_mass(self) -> float:
+        """Σ π(y|s) over the enumerated wordings: how much of the model's mass they hold."""
+        return float(torch.logsumexp(self.logp_raw, 0).exp())
+
+
+def select_parameters(
+    model: torch.nn.Module, patterns: Sequence[str] | None = None
+) -> list[tuple[str, torch.nn.Parameter]]:
+    """Named parameters matching any glob in ``patterns`` (all when None or empty)."""
+    named = list(model.named_parameters())
+    if not patterns:
+        return named
+    chosen = [(n, p) for n, p in named if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+    if not chosen:
+        examples = ", ".join(n for n, _ in named[:6])
+        raise ValueError(
+            f"--params {list(patterns)} matches no parameter; names look like: {examples}, ..."
+        )
+    return chosen
+
+
+def continuation_ids(tokenizer, wordings: Sequence[str], terminator: str) -> list[list[int]]:
+    """Token ids of " " + wording + terminator for each wording; rejects collisions.
+
+    Two wordings with the same ids are one event of the text policy (e.g. both map to
+    unknown tokens), so counting both would double their probability.
+    """
+    ids = [tokenizer(" " + w + terminator, add_special_tokens=False)["input_ids"] for w in wordings]
+    seen: dict[tuple[int, ...], str] = {}
+    for wording, seq in zip(wordings, ids):
+        if not seq:
+            raise ValueError(f"wording {wording!r} tokenizes to nothing")
+        key = tuple(seq)
+        if key in seen:
+            raise ValueError(
+                f"wordings {seen[key]!r} and {wording!r} tokenize to the same ids {seq}: "
+                "they are one text event; drop one of them"
+            )
+        seen[key] = wording
+    return ids
+
+
+def text_scores(
+    model: torch.nn.Module,
+    tokenizer,
+    prompt: str,
+    wording_set: WordingSet,
+    *,
+    params: Sequence[str] | None = None,
+    terminator: str = "\n",
+) -> TextScores:
+    """Exact π̃(y|s), π̃(a|s) and their float64 score vectors (see the module docstring).
+
+    ``model`` must already be float64 (the audit casts a copy); ``params`` are globs
+    over ``model.named_parameters()`` selecting the gradient coordinates.
+    """
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float64:
+        raise ValueError(f"the audit needs a float64 model, got {dtype}: cast a copy first")
+    selected = [p for _, p in select_parameters(model, params)]
+    device = selected[0].device
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    conts = continuation_ids(tokenizer, wording_set.flat_wordings, terminator)
+    n_prompt, width = len(prompt_ids), max(len(c) for c in conts)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((len(conts), n_prompt + width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    cont_mask = torch.zeros(len(conts), width, dtype=torch.float64)
+    for i, cont in enumerate(conts):  # right padding: the shared prompt keeps its positions
+        input_ids[i, : n_prompt + len(cont)] = torch.tensor(prompt_ids + cont)
+        attention[i, : n_prompt + len(cont)] = 1
+        cont_mask[i, : len(cont)] = 1.0
+    input_ids, attention, cont_mask = input_ids.to(device), attention.to(device), cont_mask.to(device)
+
+    # Logits at positions n_prompt-1 .. end-1 predict the continuation tokens.
+    logits = model(
+        input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1
+    ).logits[:, :-1]  # (N, width, V)
+    token_logp = torch.log_softmax(logits.to(torch.float64), -1)
+    targets = input_ids[:, n_prompt:]  # (N, width)
+    token_logp = token_logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cont_mask
+    logp_raw = token_logp.sum(-1)  # (N,)
+    logp_text = logp_raw - torch.logsumexp(logp_raw, 0)  # (N,) renormalised
+    action_index = wording_set.action_index.to(device)
+    logp_action = torch.stack(
+        [torch.logsumexp(logp_text[action_index == m], 0) for m in range(len(wording_set.actions))]
+    )  # (M,)
+
+    def flat_grad(output: torch.Tensor) -> torch.Tensor:
+        grads = torch.autograd.grad(output, selected, retain_graph=True, allow_unused=True)
+        return torch.cat(
+            [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, selected)]
+        )
+
+    score_text = torch.stack([flat_grad(lp) for lp in logp_text])  # (N, D)
+    score_action = torch.stack([flat_grad(lp) for lp in logp_action])  # (M, D)
+    return TextScores(
+        logp_raw=logp_raw.detach().cpu(),
+        logp_text=logp_text.detach().cpu(),
+        logp_action=logp_action.detach().cpu(),
+        score_text=score_text.cpu(),
+        score_action=score_action.cpu(),
+        n_tokens=tuple(len(c) for c in conts),
+    )
+
+
+@dataclass(frozen=True)
+class EstimatorAtoms:
+    """The outcomes of one sampling step, on which both estimators are evaluated.
+
+    Text atom t (probability ``prob[t]``) is wording ``text_row[t]`` with advantage
+    ``adv_text[t]``: g_y = adv_text[t] · score_text[text_row[t]]. It belongs to the
+    decision outcome ``group[t]``, which is action ``action_row[g]`` with advantage
+    ``adv_action[g]``: g_a = adv_action[g] · score_action[action_row[g]]. Plain atoms are
+    the wordings themselves; the noise control pairs each with a noise value.
+    """
+
+    prob: torch.Tensor  # (T,) float64, sums to 1
+    text_row: torch.Tensor  # (T,) long
+    adv_text: torch.Tensor  # (T,) float64
+    group: torch.Tensor  # (T,) long, into the G decision outcomes
+    action_row: torch.Tensor  # (G,) long
+    adv_action: torch.Tensor  # (G,) float64
+
+    @property
+    def group_prob(self) -> torch.Tensor:
+        """(G,) probability of each decision outcome."""
+        return torch.zeros(len(self.action_row), dtype=torch.float64).index_add_(
+            0, self.group, self.prob
+        )
+
+
+def plain_atoms(scores: TextScores, wording_set: WordingSet) -> EstimatorAtoms:
+    """Atoms of the identity's premise: A depends on the action only."""
+    adv = torch.tensor(wording_set.advantages, dtype=torch.float64)
+    index = wording_set.action_index
+    return EstimatorAtoms(
+        prob=scores.logp_text.exp(),
+        text_row=torch.arange(len(index)),
+        adv_text=adv[index],
+        group=index,
+        action_row=torch.arange(len(adv)),
+        adv_action=adv,
+    )
+
+
+def wording_bonus_atoms(atoms: EstimatorAtoms, bonus_mask: torch.Tensor, bonus: float) -> EstimatorAtoms:
+    """Negative control 1: the token estimator's advantage also depends on the wording.
+
+    Wordings in ``bonus_mask`` get ``bonus`` added; the decision estimator gets the most
+    favourable action-level summary, E_π̃[A(y) | a]. The premise E[g_y|a] = g_a fails.
+    """
+    adv_text = atoms.adv_text + bonus * bonus_mask.to(torch.float64)[atoms.text_row]
+    weighted = torch.zeros_like(atoms.adv_action).index_add_(0, atoms.group, atoms.prob * adv_text)
+    return EstimatorAtoms(
+        prob=atoms.prob,
+        text_row=atoms.text_row,
+        adv_text=adv_text,
+        group=atoms.group,
+        action_row=atoms.action_row,
+        adv_action=weighted / atoms.group_prob,
+    )
+
+
+def noisy_atoms(atoms: EstimatorAtoms, sigma: float) -> EstimatorAtoms:
+    """Negative control 3: A + ε with ε = ±σ equiprobable, independent of the wording.
+
+    Any zero-mean ε of variance σ² gives the same second moments; two points keep the
+    enumeration exact. The noise value is known to both estimators' outcomes (the
+    decision outcome is the pair (a, ε)), as it is for a return that is observed.
+    """
+    n_groups = len(atoms.action_row)
+    eps = torch.tensor([-sigma, sigma], dtype=torch.float64)
+    return EstimatorAtoms(
+        prob=torch.cat([atoms.prob / 2, atoms.prob / 2]),
+        text_row=atoms.text_row.repeat(2),
+        adv_text=torch.cat([atoms.adv_text + eps[0], atoms.adv_text + eps[1]]),
+        group=torch.cat([atoms.group, atoms.group + n_groups]),
+        action_row=atoms.action_row.repeat(2),
+        adv_action=torch.cat([atoms.adv_action + eps[0], atoms.adv_action + eps[1]]),
+    )
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Exact moments of g_y and g_a over a set of atoms (tr = trace of the covariance)."""
+
+    mean_text: torch.Tensor  # (D,) E[g_y]
+    mean_action: torch.Tensor  # (D,) E[g_a]
+    trace_cov_text: float  # tr Cov[g_y]
+    trace_cov_action: float  # tr Cov[g_a]
+    wording_term: float  # E_a tr Cov[g_y | a], about the conditional mean E[g_y | a]
+    fisher_text: float  # E_y ‖∇log π̃(y)‖²
+    fisher_action: float  # E_a ‖∇log π̃(a)‖²
+
+    @property
+    def identity_residual_rel(self) -> float:
+        """|tr Cov[g_y] − tr Cov[g_a] − E_a tr Cov[g_y|a]| / tr Cov[g_y]."""
+        gap = self.trace_cov_text - self.trace_cov_action - self.wording_term
+        return abs(gap) / self.trace_cov_text
+
+    @property
+    def mean_gap_rel(self) -> float:
+        """‖E[g_y] − E[g_a]‖ / ‖E[g_y]‖."""
+        gap = torch.linalg.vector_norm(self.mean_text - self.mean_action)
+        return float(gap / torch.linalg.vector_norm(self.mean_text))
+
+
+def decompose(atoms: EstimatorAtoms, scores: TextScores) -> Decomposition:
+    """tr Cov[g_y], tr Cov[g_a] and E_a tr Cov[g_y|a], each as a direct sum of squared
+    deviations (no ‖x‖² − ‖μ‖² cancellation), so the identity is checked to float64
+    round-off."""
+    s_text, s_action = scores.score_text, scores.score_action
+    group_prob = atoms.group_prob
+    mean_text = _weighted_rows(atoms.prob * atoms.adv_text, atoms.text_row, s_text)
+    mean_action = _weighted_rows(group_prob * atoms.adv_action, atoms.action_row, s_action)
+    # E[g_y | a] for each decision outcome, from the wording scores alone.
+    cond_mean = torch.stack(
+        [
+            _weighted_rows(
+                (atoms.prob * atoms.adv_text)[atoms.group == g] / group_prob[g],
+                atoms.text_row[atoms.group == g],
+                s_text,
+            )
+            for g in range(len(atoms.action_row))
+        ]
+    )  # (G, D)
+    text_values = (atoms.adv_text, atoms.text_row, s_text)
+    action_values = (atoms.adv_action, atoms.action_row, s_action)
+    ones_t, ones_g = torch.ones_like(atoms.prob), torch.ones_like(group_prob)
+    return Decomposition(
+        mean_text=mean_text,
+        mean_action=mean_action,
+        trace_cov_text=_spread(atoms.prob, *text_values, mean_text.expand(1, -1), None),
+        trace_cov_action=_spread(group_prob, *action_values, mean_action.expand(1, -1), None),
+        wording_term=_spread(atoms.prob, *text_values, cond_mean, atoms.group),
+        fisher_text=_spread(atoms.prob, ones_t, atoms.text_row, s_text, None, None),
+        fisher_action=_spread(group_prob, ones_g, atoms.action_row, s_action, None, None),
+    )
+
+
+def _weighted_rows(weights: torch.Tensor, rows: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """Σ_t weights[t] · vectors[rows[t]] -> (D,)."""
+    per_row = torch.zeros(len(vectors), dtype=vectors.dtype).index_add_(0, rows, weights)
+    return per_row @ vectors
+
+
+def _spread(
+    prob: torch.Tensor,
+    coef: torch.Tensor,
+    rows: torch.Tensor,
+    vectors: torch.Tensor,
+    centers: torch.Tensor | None,
+    center_index: torch.Tensor | None,
+) -> float:
+    """Σ_t prob[t] ‖coef[t]·vectors[rows[t]] − centers[center_index[t]]‖² (center 0 if None)."""
+    total = torch.zeros((), dtype=torch.float64)
+    for t in range(len(prob)):
+        value = coef[t] * vectors[rows[t]]
+        if centers is not None:
+            value = value - centers[0 if center_index is None else center_index[t]]
+        total = total + prob[t] * value.square().sum()
+    return float(total)

@@ -1,0 +1,68 @@
+"""Evaluate a finished (or interrupted) run directory on held-out games.
+
+This module belongs to the CLI layer: it builds the policy of whichever plane the
+run trained (decision, scoring or token).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import envs as envs_pkg
+from rlid import rundir
+
+
+def build_policy(config: Any, model: Any, tokenizer: Any) -> Any:
+    """The acting policy of a run's plane, around a loaded model."""
+    if config.plane == "token":
+        from baselines.token_policy import TokenPolicy
+
+        return TokenPolicy(model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens)
+    if config.plane == "scoring":
+        from baselines.scoring import ScoringPolicy
+
+        return ScoringPolicy(model, tokenizer, config.interface, norm=config.norm)
+    from rlid.policy import DecisionPolicy
+
+    return DecisionPolicy(model, tokenizer, config.interface)
+
+
+def evaluate_run(
+    run: Path,
+    *,
+    env: str | None = None,
+    env_options: dict[str, Any] | None = None,
+    split: str = "heldout",
+    episodes: int = 32,
+    greedy: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Load ``run``'s last checkpoint and play ``episodes`` episodes on ``split`` games."""
+    import torch
+
+    from rlid.models import load_policy_model
+    from rlid.runlog import RunLog
+    from rlid.trainer import evaluate
+
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    log = RunLog.open(Path(run), None, resume=True)
+    if not log.resuming:
+        raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
+    config = log.config
+    torch.set_num_threads(config.threads)
+    model, tokenizer = load_policy_model(str(log.checkpoint_model_dir()))
+    model.eval()
+    policy = build_policy(config, model, tokenizer)
+    env_id = env or config.env
+    options = dict(config.env_options) if env is None else {}
+    options.update(env_options or {})
+    options["split"] = split
+    env_list = [envs_pkg.make(env_id, **options) for _ in range(min(episodes, 16))]
+    with torch.no_grad():
+        stats = evaluate(
+            policy, env_list, episodes, interface=config.interface, seed=seed, greedy=greedy
+        )
+    state = rundir.read_json(log.path / rundir.CHECKPOINT / "state.json")
+    return {"env": env_id, "split": split, "iteration": state["iteration"], **stats}

@@ -1,0 +1,205 @@
+"""The decision-plane policy: menus in, one batched label readout, actions out.
+
+``DecisionPolicy.act`` compiles each env's legal actions into a labelled menu
+(shuffled per step when the interface says so), renders the prompt, runs ONE
+forward over the batch, reads the label-token logits at the last position,
+normalises them over the legal rows and samples. It returns :class:`Decision`
+records that hold everything the update needs to re-score the decision exactly
+(prompt token ids, label token ids, chosen row, log-prob, value).
+
+Invalid actions are impossible by construction: the sampled row is a legal action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from menus import Interface, LabelSet, Menu, compile_menu
+from menus.prompt import label_context, render_decision_prompt
+from rlid.budget import Budget, Timers
+from rlid.readout import readout_from_ids
+
+
+@dataclass
+class Decision:
+    """One decision of a menu policy, as stored for the update."""
+
+    action: str  # the command sent to the env
+    chosen: int  # row index in the menu
+    logp: float  # log pi_old(chosen | s), temperature 1
+    entropy: float  # exact entropy of pi_old(. | s) over the menu
+    label_mass: float  # probability the full vocabulary puts on the legal labels
+    value: float  # V(s) from the value head (0.0 without one)
+    prompt_ids: list[int]
+    label_ids: list[int]  # token id of each row's label, row order
+    menu: Menu
+    extra: dict[str, Any] = field(default_factory=dict)  # policy-specific (scoring plane)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.label_ids)
+
+
+class ValueHead(torch.nn.Module):
+    """V(s) from the last-position hidden state (PPO with GAE)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.linear.weight)
+        torch.nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B,)
+        return self.linear(hidden.float()).squeeze(-1)
+
+
+def pad_rows(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad ragged id lists: returns ids (B, K_max) and a bool valid mask (B, K_max)."""
+    k_max = max(len(r) for r in rows)
+    ids = torch.full((len(rows), k_max), pad, dtype=torch.long)
+    valid = torch.zeros((len(rows), k_max), dtype=torch.bool)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        valid[b, : len(row)] = True
+    return ids, valid
+
+
+def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists: input_ids (B, T) and attention_mask (B, T)."""
+    t_max = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), t_max), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), t_max), dtype=torch.long)
+    for b, seq in enumerate(seqs):
+        ids[b, t_max - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[b, t_max - len(seq) :] = 1
+    return ids, mask
+
+
+def sample_rows(
+    logp: torch.Tensor, *, generator: torch.Generator, temperature: float, greedy: bool
+) -> torch.Tensor:
+    """Sample one row per batch entry from log-probs (B, K) with -inf padding."""
+    if greedy:
+        return logp.argmax(dim=-1)
+    probs = torch.softmax(logp / temperature, dim=-1)  # (B, K); padded rows get 0
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class DecisionPolicy:
+    """Menu + single-forward label readout policy over a batch of envs.
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer (left padding).
+        interface: what the policy sees; its label alphabet is validated against the
+            tokenizer in the exact context where labels are read.
+        value_head: optional V(s) head on the last hidden state.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        interface: Interface,
+        *,
+        value_head: ValueHead | None = None,
+        budget: Budget | None = None,
+        timers: Timers | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.interface = interface
+        self.value_head = value_head
+        self.budget = budget if budget is not None else Budget()
+        self.timers = timers if timers is not None else Timers()
+        context, prefix = label_context(interface, tokenizer)
+        self.labels = LabelSet.for_tokenizer(
+            tokenizer, candidates=interface.labels, context=context, prefix=prefix
+        )
+        self.pad_id = tokenizer.pad_token_id
+
+    @property
+    def max_menu_size(self) -> int:
+        return len(self.labels.labels)
+
+    # ------------------------------------------------------------------ acting
+    def build_menu(
+        self, info: dict[str, Any], memory_text: str | None, rng: np.random.Generator | None
+    ) -> Menu:
+        afterstates = info.get("afterstates") if self.interface.afterstates else None
+        return compile_menu(
+            info["legal_actions"],
+            afterstates,
+            memory_text,
+            labels=self.labels,
+            rng=rng if self.interface.shuffle else None,
+            overflow=self.interface.overflow,
+        )
+
+    def act(
+        self,
+        observations: list[str],
+        infos: list[dict[str, Any]],
+        memory_texts: list[str | None],
+        *,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+        greedy: bool = False,
+        temperature: float = 1.0,
+    ) -> list[Decision]:
+        """One decision per env, from one batched forward."""
+        with self.timers.time("menu"):
+            menus = [self.build_menu(i, m, rng) for i, m in zip(infos, memory_texts)]
+            prompts = [
+                render_decision_prompt(o, i, menu, self.interface, self.tokenizer, memory_text=m)
+                for o, i, menu, m in zip(observations, infos, menus, memory_texts)
+            ]
+            prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+            label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
+        with self.timers.time("forward"), torch.no_grad():
+            logp, label_mass, hidden = self.score_ids(prompt_ids, label_ids)
+            chosen = sample_rows(logp, generator=generator, temperature=temperature, greedy=greedy)
+            values = (
+                self.value_head(hidden) if self.value_head is not None else torch.zeros(len(menus))
+            )
+            probs = logp.exp()
+            entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
+        decisions = []
+        for b, menu in enumerate(menus):
+            c = int(chosen[b])
+            decisions.append(
+                Decision(
+                    action=menu.rows[c].action,
+                    chosen=c,
+                    logp=float(logp[b, c]),
+                    entropy=float(entropy[b]),
+                    label_mass=float(label_mass[b]),
+                    value=float(values[b]),
+                    prompt_ids=prompt_ids[b],
+                    label_ids=label_ids[b],
+                    menu=menu,
+                )
+            )
+        self.budget.decisions += len(decisions)
+        return decisions
+
+    # --------------------------------------------------------------- re-scoring
+    def score_ids(
+        self, prompt_ids: list[list[int]], label_ids: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Readout over stored ids: logp (B, K_max), label_mass (B,), hidden (B, d)."""
+        input_ids, attention_mask = left_pad(prompt_ids, self.pad_id)
+        label_pad, label_valid = pad_rows(label_ids, 0)
+        result = readout_from_ids(
+            self.model, input_ids, attention_mask, label_pad, label_valid, return_hidden=True
+        )
+        self.budget.forward_passes += 1
+        self.budget.tokens_processed += int(attention_mask.sum())
+        return result.logp, result.label_mass, result.hidden
+
+    def score(self, decisions: list[Decision]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Re-score stored decisions with gradients: logp_all (B, K), label_mass (B,), hidden."""
+        return self.score_ids([d.prompt_ids for d in decisions], [d.label_ids for d in decisions])

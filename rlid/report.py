@@ -1,0 +1,113 @@
+"""Curves (PNG) and a short markdown summary of a run directory."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from rlid import rundir
+
+CURVE_PANELS = (
+    ("return", "episode return"),
+    ("success", "success rate"),
+    ("rollout_entropy", "row entropy H(pi(.|s))"),
+    ("label_marginal_kl", "label-marginal KL to uniform"),
+    ("rollout_label_mass", "label mass (1 - leakage)"),
+    ("clip_frac", "clip fraction"),
+    ("approx_kl", "approx KL to rollout policy"),
+    ("invalid_rate", "invalid-action rate"),
+)
+
+
+def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for row in metrics:
+        value = row.get(key)
+        if isinstance(value, int | float):
+            xs.append(row["budget"]["env_steps"])
+            ys.append(float(value))
+    return xs, ys
+
+
+def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
+    """``curves.png``: one panel per logged quantity against env steps."""
+    if not metrics:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(k, t) for k, t in CURVE_PANELS if _series(metrics, k)[0]]
+    cols = 4
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (key, title) in zip(axes.flat, panels):
+        xs, ys = _series(metrics, key)
+        ax.plot(xs, ys, marker=".", lw=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("env steps", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    path = Path(run_dir) / "curves.png"
+    tmp = path.with_suffix(".png.tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+    return path
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
+    """``summary.md``: setting, held-out before/after, last iteration, budget."""
+    run_dir = Path(run_dir)
+    evals = rundir.read_json(run_dir / "eval.json") if (run_dir / "eval.json").exists() else {}
+    lines = [f"# Run `{run_dir.name}`", ""]
+    lines.append(
+        f"plane **{config.plane}**, env **{config.env}** {config.env_options or ''}, "
+        f"model `{config.model}` ({evals.get('model_origin', '?')}), seed {config.seed}, "
+        f"advantage {config.advantage}"
+    )
+    lines.append("")
+    lines.append("## Held-out evaluation")
+    lines.append("")
+    keys = ["success", "return", "normalized_score", "episode_length", "invalid_rate", "episodes"]
+    lines.append("| | " + " | ".join(keys) + " |")
+    lines.append("|---|" + "---|" * len(keys))
+    for when in ("before", "after"):
+        stats = evals.get(when)
+        if stats:
+            lines.append(f"| {when} | " + " | ".join(_fmt(stats.get(k, "")) for k in keys) + " |")
+    if metrics:
+        last = metrics[-1]
+        lines += ["", f"## Last iteration ({last['iteration']})", ""]
+        shown = ["return", "success", "episode_length", "rollout_entropy", "label_marginal_kl",
+                 "rollout_label_mass", "clip_frac", "approx_kl", "loss"]  # fmt: skip
+        for key in shown:
+            if key in last:
+                lines.append(f"- {key}: {_fmt(last[key])}")
+        lines += ["", "## Budget", ""]
+        for key, value in last["budget"].items():
+            lines.append(f"- {key}: {_fmt(value)}")
+        total_time: dict[str, float] = {}
+        for row in metrics:
+            for phase, sec in row.get("time", {}).items():
+                total_time[phase] = total_time.get(phase, 0.0) + sec
+        if total_time:
+            lines += ["", "## Wall time by phase (s)", ""]
+            for phase, sec in sorted(total_time.items()):
+                lines.append(f"- {phase}: {sec:.1f}")
+    lines += ["", "![curves](curves.png)", ""]
+    path = run_dir / "summary.md"
+    rundir.atomic_write_text(path, "\n".join(lines))
+    return path

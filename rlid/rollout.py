@@ -1,0 +1,127 @@
+"""Episode rollouts over several envs at once (one batched policy call per step).
+
+Episodes of one iteration run in lockstep: at each step the still-running envs
+are asked for one decision each in a single batched call, then stepped. A *group*
+is a set of episodes reset with the same seed, i.e. the same game played several
+times (GRPO's "several responses to the same prompt", at the episode level).
+
+The policy object only needs ``act(observations, infos, memory_texts, rng=...,
+generator=..., greedy=..., temperature=...) -> list`` of records with an ``action``
+string; decision, scoring and token policies all fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from menus import make_memory
+from rlid.budget import Budget, Timers
+
+
+@dataclass
+class Episode:
+    """One finished episode: its decisions and what the env returned."""
+
+    group: int
+    reset_seed: int
+    decisions: list[Any] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    won: bool = False
+    lost: bool = False
+    score: float = 0.0
+    max_score: float = 0.0
+    invalid_actions: int = 0
+    game_seed: int | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def ret(self) -> float:
+        return float(sum(self.rewards))
+
+
+def collect_episodes(
+    envs: list[Any],
+    policy: Any,
+    reset_seeds: list[int],
+    groups: list[int],
+    *,
+    interface: Any,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    budget: Budget | None = None,
+    timers: Timers | None = None,
+) -> list[Episode]:
+    """Play one episode in each env (reset with ``reset_seeds[i]``) in lockstep."""
+    if not (len(envs) == len(reset_seeds) == len(groups)):
+        raise ValueError("envs, reset_seeds and groups must have the same length")
+    budget = budget if budget is not None else Budget()
+    timers = timers if timers is not None else Timers()
+    episodes = [Episode(group=g, reset_seed=s) for g, s in zip(groups, reset_seeds)]
+    memories = [make_memory(interface.memory, interface.memory_size) for _ in envs]
+    observations: list[str] = []
+    infos: list[dict[str, Any]] = []
+    with timers.time("env"):
+        for env, seed, memory, episode in zip(envs, reset_seeds, memories, episodes):
+            obs, info = env.reset(seed=int(seed))
+            memory.reset()
+            episode.max_score = float(info["max_score"])
+            episode.game_seed = info.get("game_seed")
+            observations.append(obs)
+            infos.append(info)
+    active = list(range(len(envs)))
+    while active:
+        memory_texts = [memories[i].render() or None for i in active]
+        records = policy.act(
+            [observations[i] for i in active],
+            [infos[i] for i in active],
+            memory_texts,
+            rng=rng,
+            generator=generator,
+            greedy=greedy,
+            temperature=temperature,
+        )
+        still = []
+        with timers.time("env"):
+            for i, record in zip(active, records):
+                obs, reward, terminated, truncated, info = envs[i].step(record.action)
+                memories[i].update(obs, record.action, info)
+                episode = episodes[i]
+                episode.decisions.append(record)
+                episode.rewards.append(float(reward))
+                episode.invalid_actions += int(bool(info.get("invalid_action")))
+                budget.env_steps += 1
+                if terminated or truncated:
+                    episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+                    episode.won, episode.lost = bool(info["won"]), bool(info["lost"])
+                    episode.score = float(info["score"])
+                    budget.episodes += 1
+                else:
+                    observations[i], infos[i] = obs, info
+                    still.append(i)
+        active = still
+    budget.invalid_actions += sum(e.invalid_actions for e in episodes)
+    return episodes
+
+
+def episode_stats(episodes: list[Episode]) -> dict[str, float]:
+    """Mean return, success (won) rate, episode length and invalid-action rate."""
+    n = max(len(episodes), 1)
+    steps = max(sum(e.length for e in episodes), 1)
+    return {
+        "return": sum(e.ret for e in episodes) / n,
+        "success": sum(e.won for e in episodes) / n,
+        "episode_length": sum(e.length for e in episodes) / n,
+        "normalized_score": sum(e.score / max(e.max_score, 1e-9) for e in episodes) / n,
+        "invalid_rate": sum(e.invalid_actions for e in episodes) / steps,
+    }

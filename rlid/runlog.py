@@ -1,0 +1,171 @@
+"""The run directory of one training run, as the trainers see it.
+
+``RunLog.open`` refuses to overwrite an existing run (use ``--resume``), writes the
+resolved config first, and on resume restores model, value head, optimizer,
+budget counters and RNG state from the last checkpoint, dropping metrics rows of
+iterations after it (those iterations are replayed exactly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlid import rundir
+from rlid.budget import Budget
+from rlid.config import TrainConfig
+
+
+def config_fingerprint(config: TrainConfig) -> str:
+    text = json.dumps(rundir._jsonable(config.to_dict()), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _NullBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix(self, **kw: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RunLog:
+    """Config, metrics, evaluations and checkpoints of one run directory."""
+
+    def __init__(self, path: Path, config: TrainConfig, resuming: bool) -> None:
+        self.path = path
+        self.config = config
+        self.resuming = resuming
+        self.metrics: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: Path, config: TrainConfig | None, *, resume: bool) -> RunLog:
+        path = Path(path)
+        if resume:
+            cfg_path = path / "config.json"
+            if not cfg_path.exists():
+                raise FileNotFoundError(
+                    f"cannot resume: {path} has no config.json (is it a run directory?)"
+                )
+            try:
+                saved = TrainConfig.from_dict(rundir.read_json(cfg_path)["config"])
+            except (KeyError, ValueError, TypeError, json.JSONDecodeError) as err:
+                raise ValueError(f"cannot resume: {cfg_path} is not a valid run config: {err}") from None
+            log = cls(path, saved, resuming=rundir.recover_checkpoint_dir(path) is not None)
+            log.metrics = rundir.read_metrics(path)
+            if not log.resuming:
+                log.metrics = []
+            return log
+        if config is None:
+            raise ValueError("a config is required to start a new run")
+        if path.exists() and any(path.iterdir()):
+            raise ValueError(
+                f"{path} already holds files; resume it with `rlid train --resume {path}` "
+                "or choose another --out"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        rundir.write_json(
+            path / "config.json",
+            {"config": config.to_dict(), "fingerprint": config_fingerprint(config)},
+        )
+        return cls(path, config, resuming=False)
+
+    def checkpoint_model_dir(self) -> Path:
+        return self.path / rundir.CHECKPOINT / "model"
+
+    # --------------------------------------------------------------- checkpoints
+    def checkpoint(
+        self,
+        *,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        value_head: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer,
+        iteration: int,
+        budget: Budget,
+    ) -> None:
+        extra = {"value_head": value_head} if value_head is not None else {}
+        state = {
+            "iteration": iteration,
+            "budget": budget.to_dict(),
+            "fingerprint": config_fingerprint(self.config),
+        }
+        rundir.save_checkpoint(
+            self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
+            optimizer=optimizer, state=state,
+        )  # fmt: skip
+
+    def restore(
+        self,
+        *,
+        model: torch.nn.Module,
+        value_head: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer,
+        budget: Budget,
+    ) -> int:
+        """Load optimizer/value head/budget/RNG; return the checkpoint's iteration."""
+        ckpt = self.path / rundir.CHECKPOINT
+        state = rundir.read_json(ckpt / "state.json")
+        if state.get("fingerprint") != config_fingerprint(self.config):
+            raise ValueError(
+                f"checkpoint in {ckpt} was written by a different config than {self.path}/config.json"
+            )
+        trainer_state = rundir.load_trainer_state(ckpt)
+        try:
+            optimizer.load_state_dict(trainer_state["optimizer"])
+            if value_head is not None:
+                value_head.load_state_dict(rundir.load_module_state(ckpt, "value_head"))
+        except (ValueError, RuntimeError, KeyError) as err:
+            raise ValueError(f"checkpoint in {ckpt} does not fit this model: {err}") from None
+        rundir.set_rng_state(trainer_state["rng"])
+        restored = Budget.from_dict(state["budget"])
+        for name in budget.__dataclass_fields__:
+            setattr(budget, name, getattr(restored, name))
+        iteration = int(state["iteration"])
+        self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
+        rundir.write_metrics(self.path, self.metrics)
+        del model
+        return iteration
+
+    # ------------------------------------------------------------------ logging
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        self.metrics.append(rundir._jsonable(row))
+        rundir.write_metrics(self.path, self.metrics)
+
+    def write_origin(self, origin: str) -> None:
+        self._update_eval({"model_origin": origin})
+
+    def write_eval(self, key: str, stats: dict[str, float]) -> None:
+        self._update_eval({key: stats})
+
+    def has_eval(self, key: str) -> bool:
+        path = self.path / "eval.json"
+        return path.exists() and key in rundir.read_json(path)
+
+    def _update_eval(self, entries: dict[str, Any]) -> None:
+        path = self.path / "eval.json"
+        data = rundir.read_json(path) if path.exists() else {}
+        data.update(entries)
+        rundir.write_json(path, data)
+
+    def progress_bar(self, total: int, initial: int, *, enabled: bool) -> Any:
+        if not enabled:
+            return _NullBar()
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=initial, unit="step", desc="env steps", file=sys.stderr)
+
+    def finish(self) -> None:
+        from rlid.report import write_curves, write_summary
+
+        write_curves(self.path, self.metrics)
+        write_summary(self.path, self.config, self.metrics)

@@ -1,0 +1,107 @@
+"""``rlid train`` and ``rlid eval``: the CLI layer that sees both planes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rlid.config import TrainConfig, add_config_arguments, config_from_args
+
+
+def policy_factory(config: TrainConfig) -> Any:
+    """The menu policy of a plane (None: the trainer's default DecisionPolicy)."""
+    if config.plane == "scoring":
+        from functools import partial
+
+        from baselines.scoring import ScoringPolicy
+
+        return partial(ScoringPolicy, norm=config.norm)
+    return None
+
+
+def run_training(config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True):
+    """Dispatch to the decision/scoring PPO trainer or the token-plane trainer."""
+    if resume:
+        from rlid.runlog import RunLog
+
+        config = RunLog.open(out, None, resume=True).config
+    assert config is not None
+    if config.plane == "token":
+        from baselines.token_trainer import train_token
+
+        return train_token(config, out, resume=resume, progress=progress)
+    from rlid.trainer import train
+
+    return train(config, out, resume=resume, make_policy=policy_factory(config), progress=progress)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        if args.out is not None and Path(args.out) != Path(args.resume):
+            raise ValueError("--resume DIR continues DIR; do not also give a different --out")
+        log = run_training(None, Path(args.resume), resume=True, progress=not args.quiet)
+    else:
+        if args.out is None:
+            raise ValueError("--out DIR is required (where the run is written)")
+        config = config_from_args(args)
+        log = run_training(config, Path(args.out), resume=False, progress=not args.quiet)
+    print((Path(log.path) / "summary.md").read_text())
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from envs.registry import parse_option_strings
+    from rlid.evaluation import evaluate_run
+
+    stats = evaluate_run(
+        Path(args.run),
+        env=args.env,
+        env_options=parse_option_strings(args.env_option),
+        split=args.split,
+        episodes=args.episodes,
+        greedy=not args.sample,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+    else:
+        for key, value in stats.items():
+            print(f"{key:>18}: {value:.3f}" if isinstance(value, float) else f"{key:>18}: {value}")
+    return 0
+
+
+def add_train_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an agent (decision-plane PPO, scoring-plane PPO, or token-plane GRPO family)",
+        description=(
+            "Train on a text-game env. Values come from --config FILE.toml and flags (flags "
+            "win); everything is validated before any work starts. The run directory gets "
+            "config.json, metrics.jsonl, eval.json, checkpoint/, curves.png and summary.md."
+        ),
+    )
+    p.add_argument("--out", type=Path, help="run directory to create")
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_arguments(p)
+    p.set_defaults(func=_cmd_train)
+
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a trained run on held-out (or train) games",
+        description="Load the last checkpoint of a run and play N episodes.",
+    )
+    e.add_argument("--run", required=True, type=Path, help="run directory (from `rlid train`)")
+    e.add_argument("--env", default=None, help="env id (default: the run's env)")
+    e.add_argument(
+        "--env-option", "-o", action="append", default=[], metavar="K=V",
+        help="env option (repeatable; default: the run's options)",
+    )  # fmt: skip
+    e.add_argument("--split", default="heldout", choices=["train", "heldout"], help="game split")
+    e.add_argument("--episodes", type=int, default=32, help="episodes to play")
+    e.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    e.add_argument("--seed", type=int, default=0, help="evaluation seed")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_cmd_eval)

@@ -1,0 +1,310 @@
+"""Decision-level PPO: the training loop, readable top to bottom.
+
+Sections per iteration (as in CleanRL's ppo.py): rollout -> advantages -> PPO
+update -> logging/checkpoint. Departures from textbook PPO, and why:
+
+* The policy is a distribution over the current menu's legal rows, read from the
+  label-token logits of one forward pass (``rlid.policy``); entropy and KL to the
+  reference are exact sums over the menu, not sampled estimates.
+* Rollouts are whole episodes in lockstep; all randomness of iteration ``i`` comes
+  from generators seeded by ``(seed, i)``, so a resumed run replays exactly.
+* ``advantage="group"`` is critic-free: episodes of the same game and seed form a
+  group and every decision of an episode gets (return - group mean) [/ std], the
+  episode-level counterpart of GRPO. ``advantage="gae"`` uses a value head on the
+  last hidden state and GAE(gamma, lambda); a truncated episode is bootstrapped with
+  0 (its final state was never scored), which slightly under-values long episodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs as envs_pkg
+from rlid.advantages import gae, group_relative_advantages
+from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
+from rlid.policy import Decision, DecisionPolicy, ValueHead
+from rlid.ppo import decision_ppo_loss
+from rlid.rollout import Episode, collect_episodes, episode_stats
+from rlid.runlog import RunLog
+
+EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
+
+
+def iteration_rngs(seed: int, iteration: int) -> tuple[np.random.Generator, torch.Generator]:
+    """All randomness of one iteration, derived from (seed, iteration)."""
+    rng = np.random.default_rng([seed, iteration])
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    return rng, gen
+
+
+def make_envs(config: TrainConfig, split: str, count: int) -> list[Any]:
+    options = {**config.env_options, "split": split}
+    return [envs_pkg.make(config.env, **options) for _ in range(count)]
+
+
+def preflight_menu_sizes(env_list: list[Any], max_rows: int, interface: Any, seeds: int = 4) -> None:
+    """Fail before training when the env's menus can exceed the label alphabet."""
+    if interface.overflow != "error":
+        return
+    env = env_list[0]
+    biggest = 0
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        _, info = env.reset(seed=seed)
+        for _ in range(20):
+            legal = info["legal_actions"]
+            biggest = max(biggest, len(legal))
+            if not legal:
+                break
+            _, _, term, trunc, info = env.step(legal[int(rng.integers(len(legal)))])
+            if term or trunc:
+                break
+    if biggest > max_rows:
+        raise ValueError(
+            f"this env shows up to {biggest} legal actions but the label alphabet "
+            f"{interface.labels!r} has only {max_rows} valid single-token labels for this "
+            f"tokenizer; use a larger alphabet (e.g. --labels A-Za-z) or --overflow truncate"
+        )
+
+
+def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], list[int]]:
+    """Reset seeds and group ids: group g plays one game group_size times."""
+    rng = np.random.default_rng([config.seed, iteration, 1])
+    group_seeds = rng.integers(0, 2**31 - 1, size=config.groups_per_iter)
+    seeds = [int(s) for s in group_seeds for _ in range(config.group_size)]
+    groups = [g for g in range(config.groups_per_iter) for _ in range(config.group_size)]
+    return seeds, groups
+
+
+def compute_advantages(
+    episodes: list[Episode], config: TrainConfig
+) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
+    """Flatten episodes into decisions with advantages (N,) and value targets (N,)."""
+    decisions = [d for e in episodes for d in e.decisions]
+    if config.advantage == "group":
+        returns = torch.tensor([e.ret for e in episodes], dtype=torch.float32)
+        group_ids = torch.tensor([e.group for e in episodes])
+        adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
+        adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
+        targets = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
+        return decisions, adv, targets
+    advs, targets = [], []
+    for e in episodes:
+        rewards = torch.tensor(e.rewards, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+        values = torch.tensor([d.value for d in e.decisions], dtype=torch.float32).unsqueeze(1)
+        dones = torch.zeros_like(rewards)
+        dones[-1] = 1.0  # episode ends here (terminated or truncated; see module docstring)
+        a, r = gae(
+            rewards, values, dones, torch.zeros(1), gamma=config.gamma, lam=config.lam
+        )
+        advs.append(a.squeeze(1))
+        targets.append(r.squeeze(1))
+    return decisions, torch.cat(advs), torch.cat(targets)
+
+
+def evaluate(
+    policy: Any,
+    env_list: list[Any],
+    episodes: int,
+    *,
+    interface: Any,
+    seed: int = 0,
+    greedy: bool = True,
+) -> dict[str, float]:
+    """Success rate, return and length on ``episodes`` held-out games (greedy by default)."""
+    if episodes == 0:
+        return {}
+    done: list[Episode] = []
+    start = 0
+    while start < episodes:
+        n = min(len(env_list), episodes - start)
+        seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
+        rng, gen = iteration_rngs(seed, -1 - start)
+        done += collect_episodes(
+            env_list[:n], policy, seeds, list(range(n)), interface=interface,
+            rng=rng, generator=gen, greedy=greedy,
+        )  # fmt: skip
+        start += n
+    stats = episode_stats(done)
+    stats["episodes"] = len(done)
+    return stats
+
+
+def ppo_update(
+    policy: DecisionPolicy,
+    decisions: list[Decision],
+    advantages: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    config: TrainConfig,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    rng: np.random.Generator,
+    budget: Budget,
+    timers: Timers,
+) -> dict[str, float]:
+    """PPO epochs x minibatches over one iteration's decisions; returns mean metrics."""
+    logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
+    actions = torch.tensor([d.chosen for d in decisions])  # (N,)
+    sums: dict[str, float] = {}
+    count = 0
+    stop = False
+    for _ in range(config.epochs):
+        order = rng.permutation(len(decisions))
+        for start in range(0, len(decisions), config.minibatch_size):
+            idx = order[start : start + config.minibatch_size]
+            batch = [decisions[i] for i in idx]
+            with timers.time("forward"):
+                logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d)
+            ref = None
+            if config.kl_coef > 0:
+                ref_rows = [d.extra["logp_ref_all"] for d in batch]
+                ref = torch.full_like(logp_all, float("-inf"))
+                for b, row in enumerate(ref_rows):
+                    ref[b, : len(row)] = torch.tensor(row)
+            with timers.time("backward"):
+                loss, metrics = decision_ppo_loss(
+                    logp_all,
+                    actions[idx],
+                    logp_old[idx],
+                    advantages[idx],
+                    clip_eps=config.clip_eps,
+                    ent_coef=config.ent_coef,
+                    logp_ref_all=ref,
+                    kl_coef=config.kl_coef,
+                    label_mass=label_mass,
+                )
+                if policy.value_head is not None:
+                    value = policy.value_head(hidden)  # (B,)
+                    value_loss = 0.5 * (value - targets[idx]).pow(2).mean()
+                    loss = loss + config.vf_coef * value_loss
+                    metrics = {**metrics, "value_loss": value_loss.detach()}
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+            budget.optimizer_steps += 1
+            metrics = {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            count += 1
+            if config.target_kl is not None and float(metrics["approx_kl"]) > config.target_kl:
+                stop = True
+                break
+        if stop:
+            break
+    out = {k: v / max(count, 1) for k, v in sums.items()}
+    out["early_stop"] = float(stop)
+    return out
+
+
+def train(
+    config: TrainConfig,
+    out: Path,
+    *,
+    resume: bool = False,
+    make_policy: Callable[..., Any] | None = None,
+    progress: bool = True,
+) -> RunLog:
+    """Train with decision-level PPO; everything lands in the run directory ``out``.
+
+    ``make_policy(model, tokenizer, interface, value_head=..., budget=..., timers=...)``
+    builds the menu policy (default :class:`DecisionPolicy`; the scoring plane passes
+    its own).
+    """
+    from rlid.models import load_policy_model
+
+    log = RunLog.open(Path(out), config, resume=resume)
+    config = log.config
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    budget, timers = Budget(), Timers()
+
+    model_source = log.checkpoint_model_dir() if log.resuming else config.model
+    model, tokenizer = load_policy_model(str(model_source))
+    model.eval()  # no dropout: rollouts and updates see the same function
+    value_head = ValueHead(model.config.hidden_size) if config.advantage == "gae" else None
+    make_policy = make_policy or DecisionPolicy
+    policy = make_policy(
+        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers
+    )
+    train_envs = make_envs(config, "train", config.episodes_per_iter)
+    eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
+    preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
+
+    params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    ref_policy = None
+    if config.kl_coef > 0:
+        ref_model = copy.deepcopy(model).requires_grad_(False)
+        ref_policy = make_policy(ref_model, tokenizer, config.interface, budget=Budget())
+
+    iteration = 0
+    if log.resuming:
+        iteration = log.restore(model=model, value_head=value_head, optimizer=optimizer, budget=budget)
+    else:
+        log.write_origin(getattr(model, "rlid_origin", str(config.model)))
+        before = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.write_eval("before", before)
+
+    bar = log.progress_bar(config.steps, budget.env_steps, enabled=progress)
+    while budget.env_steps < config.steps:
+        iteration += 1
+        t0 = time.perf_counter()
+        rng, gen = iteration_rngs(config.seed, iteration)
+
+        # 1. rollout: groups_per_iter games, each played group_size times
+        seeds, groups = make_reset_seeds(config, iteration)
+        steps_before = budget.env_steps
+        episodes = collect_episodes(
+            train_envs, policy, seeds, groups, interface=config.interface, rng=rng,
+            generator=gen, temperature=config.temperature, budget=budget, timers=timers,
+        )  # fmt: skip
+        if ref_policy is not None:
+            for e in episodes:
+                with torch.no_grad():
+                    logp_ref, _, _ = ref_policy.score(e.decisions)
+                for d, row in zip(e.decisions, logp_ref):
+                    d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
+
+        # 2. advantages
+        decisions, advantages, targets = compute_advantages(episodes, config)
+
+        # 3. PPO update
+        update = ppo_update(
+            policy, decisions, advantages, targets, config=config, optimizer=optimizer,
+            params=params, rng=rng, budget=budget, timers=timers,
+        )  # fmt: skip
+
+        # 4. logging, evaluation, checkpoint
+        budget.wall_time += time.perf_counter() - t0
+        row = {"iteration": iteration, **episode_stats(episodes), **update}
+        row["rollout_entropy"] = float(np.mean([d.entropy for d in decisions]))
+        row["rollout_label_mass"] = float(np.mean([d.label_mass for d in decisions]))
+        row["time"] = timers.pop()
+        row["budget"] = budget.to_dict()
+        if config.eval_every and iteration % config.eval_every == 0:
+            row["eval"] = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.append_metrics(row)
+        if iteration % config.checkpoint_every == 0 or budget.env_steps >= config.steps:
+            log.checkpoint(
+                model=model, tokenizer=tokenizer, value_head=value_head, optimizer=optimizer,
+                iteration=iteration, budget=budget,
+            )  # fmt: skip
+        bar.update(budget.env_steps - steps_before)
+        bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
+    bar.close()
+
+    if not log.has_eval("after"):
+        after = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.write_eval("after", after)
+    log.finish()
+    return log
