@@ -1,0 +1,283 @@
+"""Prompt text for both planes, and the completions they are read or trained on.
+
+Plain template (the default model is tiny and the CPU slow, so prompts stay short;
+lines of fields the :class:`~menus.interface.Interface` disables are left out)::
+
+    Goal: {objective}
+    Memory: {memory}
+    Now: {observation}
+    Actions:
+    A) go east -> you will be in the studio
+    B) take key -> you will carry the key
+    Answer:
+
+The decision prompt ends exactly at ``"Answer:"``; the label is read as the next
+token, ``LABEL_PREFIX + label`` (``" A"``). The token-plane prompt has the same
+fields, the legal list as ``"- go east"`` lines when the interface shows it, and
+ends at ``"Command:"``; the model writes ``COMMAND_PREFIX + action + COMMAND_END``
+(``" go east\\n"``). A pretraining transcript is a decision prompt followed by
+:func:`render_decision_target` (``" B\\nCommand: go east\\n"``), so one forward
+teaches both the label and the command.
+
+Chat template (``template="chat"``, or ``"auto"`` with a tokenizer that has one):
+the same body is the user message, rendered with ``add_generation_prompt=True``;
+the label (or command) follows the generation prompt with an empty prefix.
+:func:`label_context` returns the ``(context, prefix)`` the renderer uses, so
+labels are validated exactly where they are read (:func:`label_set_for`).
+
+Prompts are complete text: a chat prompt already holds the template's special
+tokens, so encode it with ``add_special_tokens=False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from menus.interface import Interface
+from menus.labels import LabelSet
+from menus.memory import MemoryProvider, one_line, shorten
+from menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
+
+# --- the strings every plane and the pretraining transcripts share -------------
+GOAL_FIELD = "Goal: "
+MEMORY_FIELD = "Memory: "
+OBSERVATION_FIELD = "Now: "
+ACTIONS_HEADER = "Actions:"
+ANSWER_CUE = "Answer:"
+"""The decision prompt ends with this; the label token comes next."""
+LABEL_PREFIX = " "
+"""Text before the label in the plain template (``"Answer: A"``); ``""`` in chat."""
+COMMAND_CUE = "Command:"
+"""The token-plane prompt ends with this; the command text comes next."""
+COMMAND_PREFIX = " "
+"""Text before the command in the plain template (``"Command: go east"``); ``""`` in chat."""
+COMMAND_END = "\n"
+"""A generated command ends at the first newline (or end-of-sequence)."""
+TOKEN_PLANE_BULLET = "- "
+EMPTY_MEMORY = "none yet"
+EMPTY_OBSERVATION = "(nothing)"
+
+_CHAT_PLACEHOLDER = "RLID_PROMPT_BODY_PLACEHOLDER"
+
+
+# --- templates and reading contexts --------------------------------------------
+def resolve_template(interface: Interface, tokenizer: Any) -> Literal["plain", "chat"]:
+    """``"chat"`` or ``"plain"``: what ``interface.template`` means for ``tokenizer``."""
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    if interface.template == "chat" and not has_chat:
+        raise ValueError(
+            "Interface.template='chat' but the tokenizer has no chat_template; "
+            "use template='plain' or 'auto'"
+        )
+    if interface.template == "plain":
+        return "plain"
+    return "chat" if has_chat else "plain"
+
+
+def _chat(tokenizer: Any, body: str) -> str:
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False
+    )
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}")
+    return text
+
+
+def _chat_tail(tokenizer: Any) -> str:
+    """What the chat template appends after the user message (the generation prompt)."""
+    text = _chat(tokenizer, _CHAT_PLACEHOLDER)
+    if _CHAT_PLACEHOLDER not in text:
+        raise ValueError("the chat template does not render the user message verbatim")
+    return text[text.rindex(_CHAT_PLACEHOLDER) + len(_CHAT_PLACEHOLDER) :]
+
+
+def _reading_context(
+    interface: Interface, tokenizer: Any, cue: str, prefix: str
+) -> tuple[str, str]:
+    if resolve_template(interface, tokenizer) == "chat":
+        tail = _chat_tail(tokenizer)
+        if tail:
+            return tail, ""
+    return cue, prefix
+
+
+def label_context(interface: Interface, tokenizer: Any) -> tuple[str, str]:
+    """``(context, prefix)``: the decision prompt ends with ``context``, and each label
+    is read as the token of ``prefix + label`` right after it."""
+    return _reading_context(interface, tokenizer, ANSWER_CUE, LABEL_PREFIX)
+
+
+def command_context(interface: Interface, tokenizer: Any) -> tuple[str, str]:
+    """``(context, prefix)``: the token-plane prompt ends with ``context``, and the model
+    writes ``prefix + action + COMMAND_END`` after it."""
+    return _reading_context(interface, tokenizer, COMMAND_CUE, COMMAND_PREFIX)
+
+
+def label_set_for(interface: Interface, tokenizer: Any, *, strict: bool = False) -> LabelSet:
+    """The label set for ``interface.labels``, validated in the renderer's context."""
+    context, prefix = label_context(interface, tokenizer)
+    return LabelSet.for_tokenizer(
+        tokenizer, interface.labels, context=context, prefix=prefix, strict=strict
+    )
+
+
+# --- completions ----------------------------------------------------------------
+def label_completion(label: str, prefix: str = LABEL_PREFIX) -> str:
+    """The text of the label token after the decision prompt (``" A"``)."""
+    return prefix + label
+
+
+def command_completion(action: str, prefix: str = COMMAND_PREFIX) -> str:
+    """What the token plane writes after its prompt (``" go east\\n"``)."""
+    return prefix + action + COMMAND_END
+
+
+def render_decision_target(
+    label: str,
+    action: str,
+    *,
+    label_prefix: str = LABEL_PREFIX,
+    command_prefix: str = COMMAND_PREFIX,
+) -> str:
+    """The pretraining completion after a decision prompt: ``" B\\nCommand: go east\\n"``."""
+    return (
+        label_completion(label, label_prefix)
+        + "\n"
+        + COMMAND_CUE
+        + command_completion(action, command_prefix)
+    )
+
+
+def parse_command(generated: str) -> str:
+    """The command in token-plane output: text before the first ``COMMAND_END``, stripped."""
+    return generated.split(COMMAND_END, 1)[0].strip()
+
+
+# --- prompts --------------------------------------------------------------------
+def _fields(
+    obs: str, info: Mapping[str, Any], interface: Interface, memory_text: str | None
+) -> list[str]:
+    lines: list[str] = []
+    if interface.objective:
+        if "objective" not in info:
+            raise KeyError(
+                "info has no 'objective' but Interface.objective=True; "
+                "pass the env's info dict or set objective=False"
+            )
+        lines.append(GOAL_FIELD + shorten(str(info["objective"]), interface.max_obs_chars))
+    if interface.memory != "none":
+        if memory_text is None:
+            raise ValueError(
+                f"Interface.memory={interface.memory!r} but no memory text was given; "
+                "pass memory_text= (or compile the menu with memory=)"
+            )
+        lines.append(MEMORY_FIELD + (one_line(memory_text) or EMPTY_MEMORY))
+    if interface.observation:
+        lines.append(
+            OBSERVATION_FIELD + (shorten(obs, interface.max_obs_chars) or EMPTY_OBSERVATION)
+        )
+    return lines
+
+
+def _finish(body: str, interface: Interface, tokenizer: Any, context: str) -> str:
+    if resolve_template(interface, tokenizer) == "plain":
+        return body
+    prompt = _chat(tokenizer, body)
+    if not prompt.endswith(context):
+        raise ValueError(
+            f"the chat prompt does not end with the reading context {context!r}; "
+            "the chat template depends on the message text, use template='plain'"
+        )
+    return prompt
+
+
+def render_decision_prompt(
+    obs: str,
+    info: Mapping[str, Any],
+    menu: Menu,
+    interface: Interface,
+    tokenizer: Any,
+    memory_text: str | None = None,
+) -> str:
+    """The decision-plane prompt, ending exactly where the label token is read.
+
+    Args:
+        obs: the current observation.
+        info: the env's info (``objective`` is read from it).
+        menu: the compiled menu for this state.
+        interface: which fields to show; ``afterstates=True`` requires them in the menu.
+        tokenizer: decides plain vs chat (``interface.template``).
+        memory_text: the memory line; defaults to ``menu.memory``.
+    """
+    lines = _fields(obs, info, interface, menu.memory if memory_text is None else memory_text)
+    lines += [ACTIONS_HEADER, menu.render(afterstates=interface.afterstates), ANSWER_CUE]
+    context, _ = label_context(interface, tokenizer)
+    return _finish("\n".join(lines), interface, tokenizer, context)
+
+
+def render_token_prompt(
+    obs: str,
+    info: Mapping[str, Any],
+    interface: Interface,
+    tokenizer: Any,
+    memory_text: str | None = None,
+    legal_actions: Sequence[str] | None = None,
+    afterstates: Sequence[str] | None = None,
+) -> str:
+    """The token-plane prompt: same fields, the legal list (and afterstates) when the
+    interface shows them, ending where the command text is generated.
+
+    ``legal_actions`` / ``afterstates`` default to ``info["legal_actions"]`` /
+    ``info["afterstates"]``.
+    """
+    lines = _fields(obs, info, interface, memory_text)
+    if interface.show_legal_to_token_plane:
+        legal = list(info["legal_actions"] if legal_actions is None else legal_actions)
+        shown_afterstates: list[str] | None = None
+        if interface.show_afterstates_to_token_plane:
+            source = info.get("afterstates") if afterstates is None else afterstates
+            if source is None or len(source) != len(legal):
+                raise ValueError(
+                    "Interface.show_afterstates_to_token_plane=True needs afterstates aligned "
+                    "with the legal actions (env built with afterstates=True)"
+                )
+            shown_afterstates = [one_line(str(text)) for text in source]
+        lines.append(ACTIONS_HEADER)
+        for i, action in enumerate(legal):
+            line = TOKEN_PLANE_BULLET + action
+            if shown_afterstates is not None:
+                line += AFTERSTATE_ARROW + shown_afterstates[i]
+            lines.append(line)
+    lines.append(COMMAND_CUE)
+    context, _ = command_context(interface, tokenizer)
+    return _finish("\n".join(lines), interface, tokenizer, context)
+
+
+def menu_for_step(
+    info: Mapping[str, Any],
+    interface: Interface,
+    labels: LabelSet | Sequence[str],
+    memory: str | MemoryProvider | None = None,
+    rng: np.random.Generator | None = None,
+) -> Menu:
+    """Compile the menu of one env step as ``interface`` says: afterstates only when
+    shown, rows shuffled with ``rng`` only when ``interface.shuffle``, its overflow
+    policy, and the memory line only when the interface has a memory."""
+    if interface.shuffle and rng is None:
+        raise ValueError("Interface.shuffle=True needs an rng (numpy.random.default_rng(seed))")
+    if interface.afterstates and info.get("afterstates") is None:
+        raise ValueError(
+            "Interface.afterstates=True but info['afterstates'] is None; build the env with "
+            "afterstates=True or set Interface(afterstates=False)"
+        )
+    return compile_menu(
+        info["legal_actions"],
+        info.get("afterstates") if interface.afterstates else None,
+        memory if interface.memory != "none" else None,
+        labels=labels,
+        rng=rng if interface.shuffle else None,
+        overflow=interface.overflow,
+    )
