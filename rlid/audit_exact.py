@@ -20,7 +20,9 @@ so E[g_y | a] = g_a is checked numerically, not assumed by construction.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,6 +103,28 @@ class TextScores:
     def enumerated_mass(self) -> float:
         """Σ π(y|s) over the enumerated wordings: how much of the model's mass they hold."""
         return float(torch.logsumexp(self.logp_raw, 0).exp())
+
+
+def float64_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of ``model`` in eval mode whose forward really runs in float64.
+
+    transformers' RMSNorm computes in float32 (an upcast meant for half precision) and
+    its eager attention takes the softmax in float32; in a float64 model both are
+    downcasts that round the gradients to float32 precision. The copy gets RMSNorm's
+    own formula in the input dtype and the SDPA attention, which keeps float64.
+    """
+    exact = copy.deepcopy(model).to(torch.float64).eval()
+    for module in exact.modules():
+        if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
+            module.forward = types.MethodType(_rms_norm_in_input_dtype, module)
+    if hasattr(exact, "set_attn_implementation"):
+        exact.set_attn_implementation("sdpa")
+    return exact
+
+
+def _rms_norm_in_input_dtype(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
 def select_parameters(
