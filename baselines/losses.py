@@ -403,6 +403,8 @@ def group_advantages(
         raise ValueError(f"rewards must be (N, G), got shape {tuple(rewards.shape)}")
     if scale not in ("std", "none"):
         raise ValueError(f"unknown scale {scale!r}; valid: 'std', 'none'")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # (N, G)
     # rounding in the mean must not turn an all-equal group into eps-scaled noise
     all_equal = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)  # (N, 1)
@@ -411,7 +413,9 @@ def group_advantages(
         return centred
     # unbiased variance by hand: torch's std is NaN (with a warning) for G = 1
     var = centred.pow(2).sum(dim=1, keepdim=True) / max(rewards.shape[1] - 1, 1)
-    return centred / (var.sqrt() + eps)
+    scale_by = var.sqrt() + eps
+    # a zero std (eps = 0) only occurs where centred is already exactly 0
+    return centred / torch.where(scale_by > 0, scale_by, 1.0)
 
 
 def nonzero_variance_groups(rewards: Tensor) -> Tensor:

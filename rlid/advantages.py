@@ -152,6 +152,8 @@ def group_relative_advantages(
     """
     if scale not in ("std", "none"):
         raise ValueError(f"unknown scale {scale!r}; valid: 'std', 'none'")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
     if returns.dim() != 1:
         raise ValueError(f"returns must be (E,), got shape {tuple(returns.shape)}")
     group = _as_group_index(group_ids).to(returns.device)  # (E,)
@@ -171,5 +173,6 @@ def group_relative_advantages(
     if scale == "none":
         return centred
     squares = torch.zeros_like(counts).index_add_(0, group, centred.pow(2))
-    std = (squares / (counts - 1).clamp(min=1)).sqrt()  # (groups,)
-    return centred / (std[group] + eps)
+    scale_by = (squares / (counts - 1).clamp(min=1)).sqrt() + eps  # (groups,)
+    # a zero std (eps = 0) only occurs where centred is already exactly 0
+    return centred / torch.where(scale_by > 0, scale_by, 1.0)[group]

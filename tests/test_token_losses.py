@@ -506,9 +506,11 @@ def test_group_advantages_hand():
     assert torch.allclose(group_advantages(rewards, scale="none"), rewards - 0.5)
 
 
-def test_group_of_one_is_zero_not_nan():
-    adv = group_advantages(torch.tensor([[3.0], [-1.0]]))
+@pytest.mark.parametrize("eps", [1e-6, 0.0])
+def test_group_of_one_is_zero_not_nan(eps):
+    adv = group_advantages(torch.tensor([[3.0], [-1.0]]), eps=eps)
     assert torch.equal(adv, torch.zeros(2, 1))
+    assert torch.equal(group_advantages(torch.ones(1, 3), eps=eps), torch.zeros(1, 3))
 
 
 def test_group_advantages_errors():

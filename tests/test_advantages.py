@@ -1,0 +1,189 @@
+"""GAE, discounted returns and group-relative advantages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from baselines.losses import group_advantages
+from rlid.advantages import (
+    discounted_returns,
+    gae,
+    group_relative_advantages,
+    next_values_from,
+)
+
+DT = torch.float64
+
+
+def column_stack(*columns: list[float]) -> torch.Tensor:
+    return torch.tensor(columns, dtype=DT).T  # (T, N)
+
+
+def test_gae_hand_termination_and_truncation():
+    """gamma 0.9, lam 0.8 (γλ = 0.72), two envs, three steps.
+
+    env 0: terminated at t=1 (its next value, 99, must be ignored); a new
+    episode starts at t=2 and is truncated there, bootstrapping V(final obs) = 0.8.
+        δ2 = 0 + 0.9·0.8 − 0.3 = 0.42                      A2 = 0.42
+        δ1 = 2 + 0 − 0.6 = 1.4                             A1 = 1.4 (no trace past a terminal)
+        δ0 = 1 + 0.9·0.6 − 0.5 = 1.04                      A0 = 1.04 + 0.72·1.4 = 2.048
+    env 1: truncated at t=1 with V(final obs) = 1.0; rollout ends at t=2 mid-episode,
+    bootstrapping from V(s_3) = 0.7.
+        δ2 = 1 + 0.9·0.7 − 0.5 = 1.13                      A2 = 1.13
+        δ1 = 1 + 0.9·1.0 − 0.4 = 1.5                       A1 = 1.5 (trace stops, value bootstraps)
+        δ0 = 0 + 0.9·0.4 − 0.2 = 0.16                      A0 = 0.16 + 0.72·1.5 = 1.24
+    returns = A + V.
+    """
+    rewards = column_stack([1.0, 2.0, 0.0], [0.0, 1.0, 1.0])
+    values = column_stack([0.5, 0.6, 0.3], [0.2, 0.4, 0.5])
+    next_values = column_stack([0.6, 99.0, 0.8], [0.4, 1.0, 0.7])
+    terminated = column_stack([0, 1, 0], [0, 0, 0]).bool()
+    truncated = column_stack([0, 0, 1], [0, 1, 0]).bool()
+    adv, ret = gae(rewards, values, next_values, terminated, truncated, gamma=0.9, lam=0.8)
+    expected = column_stack([2.048, 1.4, 0.42], [1.24, 1.5, 1.13])
+    assert torch.allclose(adv, expected)
+    assert torch.allclose(ret, expected + values)
+    # treating env 1's truncation as a termination would lose the bootstrap: A1 = 1 − 0.4
+    adv_as_terminal, _ = gae(
+        rewards, values, next_values, terminated | truncated, truncated, gamma=0.9, lam=0.8
+    )
+    assert adv_as_terminal[1, 1].item() == pytest.approx(0.6)
+
+
+def test_gae_ignores_garbage_next_value_after_termination():
+    ones = torch.ones(1, 1, dtype=DT)
+    adv, _ = gae(
+        ones,
+        ones,
+        torch.full((1, 1), torch.nan, dtype=DT),
+        ones.bool(),
+        ~ones.bool(),
+        gamma=0.99,
+        lam=0.95,
+    )
+    assert adv.item() == 0.0  # r − V = 1 − 1
+
+
+def cleanrl_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """CleanRL ppo.py's loop: dones[t] flags that obs t starts after an episode end."""
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = 0
+    for t in reversed(range(steps)):
+        if t == steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = last = delta + gamma * lam * nextnonterminal * last
+    return advantages
+
+
+def test_gae_matches_cleanrl_without_truncation():
+    gen = torch.Generator().manual_seed(0)
+    steps, envs = 7, 3
+    rewards = torch.randn(steps, envs, generator=gen, dtype=DT)
+    values = torch.randn(steps, envs, generator=gen, dtype=DT)
+    last_value = torch.randn(envs, generator=gen, dtype=DT)
+    ended = torch.rand(steps, envs, generator=gen) < 0.3  # episode ends at s_{t+1}
+    # CleanRL layout: dones[t] = ended[t − 1], next_done = ended[T − 1]
+    dones = torch.cat([torch.zeros(1, envs), ended[:-1].to(DT)])
+    expected = cleanrl_gae(rewards, values, dones, last_value, ended[-1].to(DT), 0.97, 0.9)
+    adv, _ = gae(
+        rewards,
+        values,
+        next_values_from(values, last_value),
+        ended,
+        torch.zeros_like(ended),
+        gamma=0.97,
+        lam=0.9,
+    )
+    assert torch.allclose(adv, expected)
+
+
+def test_gae_with_lambda_one_is_discounted_return_minus_value():
+    rewards = torch.tensor([[1.0], [0.0], [2.0]], dtype=DT)
+    values = torch.tensor([[0.3], [0.1], [0.4]], dtype=DT)
+    terminated = torch.tensor([[False], [False], [True]])
+    next_values = next_values_from(values, torch.zeros(1, dtype=DT))
+    adv, ret = gae(
+        rewards, values, next_values, terminated, torch.zeros_like(terminated), gamma=0.5, lam=1.0
+    )
+    assert torch.allclose(ret, discounted_returns(rewards, 0.5))
+    assert torch.allclose(adv, discounted_returns(rewards, 0.5) - values)
+
+
+def test_next_values_from():
+    values = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    nv = next_values_from(values, torch.tensor([5.0, 6.0]))
+    assert torch.equal(nv, torch.tensor([[3.0, 4.0], [5.0, 6.0]]))
+
+
+def test_discounted_returns_hand():
+    # γ = 0.5: G2 = 2, G1 = 0 + 0.5·2 = 1, G0 = 1 + 0.5·1 = 1.5
+    assert discounted_returns(torch.tensor([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+    assert discounted_returns(torch.zeros(0), 0.9).shape == (0,)
+
+
+def test_gae_errors():
+    x = torch.zeros(2, 1)
+    with pytest.raises(ValueError, match="next_values must be"):
+        gae(x, x, torch.zeros(3, 1), x, x, gamma=0.9, lam=0.9)
+    with pytest.raises(ValueError, match="time-major"):
+        gae(torch.zeros(2), x, x, x, x, gamma=0.9, lam=0.9)
+    with pytest.raises(ValueError, match="gamma and lam"):
+        gae(x, x, x, x, x, gamma=1.5, lam=0.9)
+
+
+# --- group-relative -----------------------------------------------------------------
+
+
+def test_group_relative_hand():
+    # group a: [1, 0, 0, 1] -> mean 0.5, unbiased std sqrt(1/3), A = ±0.866025
+    # group b: [4] singleton -> 0;  group c: [2, 2] equal -> 0
+    returns = torch.tensor([1.0, 4.0, 0.0, 2.0, 0.0, 2.0, 1.0], dtype=DT)
+    ids = ["a", "b", "a", "c", "a", "c", "a"]
+    z = 0.5 / (1 / 3) ** 0.5
+    adv = group_relative_advantages(returns, ids, eps=0.0)
+    assert torch.allclose(adv, torch.tensor([z, 0, -z, 0, -z, 0, z], dtype=DT))
+    centred = group_relative_advantages(returns, ids, scale="none")
+    assert torch.allclose(centred, torch.tensor([0.5, 0, -0.5, 0, -0.5, 0, 0.5], dtype=DT))
+
+
+def test_group_relative_tuple_and_tensor_ids_agree():
+    returns = torch.tensor([3.0, 1.0, 2.0, 5.0])
+    by_tuple = group_relative_advantages(
+        returns, [("cook", 1), ("cook", 2), ("cook", 1), ("cook", 2)]
+    )
+    by_tensor = group_relative_advantages(returns, torch.tensor([10, 20, 10, 20]))
+    assert torch.equal(by_tuple, by_tensor)
+
+
+def test_group_relative_matches_grpo_group_advantages():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.randn(4, 5, generator=gen, dtype=DT)  # (N groups, G samples)
+    ids = torch.arange(4).repeat_interleave(5)
+    order = torch.randperm(20, generator=gen)  # groups need not be contiguous
+    for scale in ("std", "none"):
+        flat = group_relative_advantages(rewards.flatten()[order], ids[order], scale=scale)
+        grid = group_advantages(rewards, scale=scale).flatten()[order]
+        assert torch.allclose(flat, grid)
+
+
+def test_group_relative_singletons_and_equal_returns_are_zero():
+    returns = torch.tensor([0.1, 0.1, 0.1, 7.0], dtype=torch.float32)
+    adv = group_relative_advantages(returns, torch.tensor([0, 0, 0, 1]))
+    assert torch.equal(adv, torch.zeros(4))
+    assert group_relative_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,)
+
+
+def test_group_relative_errors():
+    with pytest.raises(ValueError, match="unknown scale"):
+        group_relative_advantages(torch.zeros(2), [0, 0], scale="rank")
+    with pytest.raises(ValueError, match="2 entries"):
+        group_relative_advantages(torch.zeros(2), [0, 0, 1])
+    with pytest.raises(ValueError, match="integer"):
+        group_relative_advantages(torch.zeros(2), torch.zeros(2))
