@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import time
 from collections import deque
 
@@ -296,3 +299,24 @@ def test_crafting_random_walks_stay_legal(seed, rooms, steps, picks):
         if rules.won(state) or rules.lost(state):
             assert rules.won(state) != rules.lost(state)
             break
+
+
+def test_games_do_not_depend_on_the_python_hash_seed():
+    """Rollout workers in other processes must see the same games and action order."""
+    script = (
+        "import envs\n"
+        "for env_id in ('keydoor', 'crafting'):\n"
+        "    env = envs.make(env_id)\n"
+        "    obs, info = env.reset(seed=3)\n"
+        "    print(obs, info)\n"
+        "    for action in info['walkthrough']:\n"
+        "        print(env.step(action))\n"
+    )
+    outputs = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        run = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.add(run.stdout)
+    assert len(outputs) == 1

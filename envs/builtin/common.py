@@ -96,7 +96,9 @@ class GameRules(ABC):
 def describe_outcome(rules: GameRules, before: Any, after: Any) -> str:
     """The afterstate sentence for ``before -> after``: change clause plus outcome.
 
-    >>> # e.g. "you will be in the garden (+1 point, you win)" or "nothing changes"
+    The outcome note lists the points gained and a win or loss, e.g. ``"you will be
+    in the garden (+1 point, you win)"``; an action that changes nothing reads
+    ``"nothing changes"``.
     """
     text = rules.describe_change(before, after)
     notes = []
@@ -253,7 +255,7 @@ class BuiltinGameEnv(TextGameEnv):
         **game_options: int,
     ) -> None:
         super().__init__(
-            max_episode_steps=max_episode_steps or MIN_STEP_LIMIT,
+            max_episode_steps=MIN_STEP_LIMIT if max_episode_steps is None else max_episode_steps,
             afterstates=afterstates,
             render_mode=render_mode,
         )

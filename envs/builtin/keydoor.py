@@ -18,10 +18,11 @@ episode takes every key and unlocks every door. There is no way to lose.
 
 Legal actions per state are at most ``4 + 4 + keys * min(keys, 4) + min(keys, 4)
 + 2`` (exits, take/examine of <= 2 objects, unlock pairs, open, look/inventory):
-10 / 12 / 16 / 22 for keys = 0 / 1 / 2 / 3; at the defaults typically 5-8.
+10 / 12 / 16 / 22 for keys = 0 / 1 / 2 / 3; at the defaults mean 4.3, max 8.
 
 Optimal solutions (``walkthrough``) at the defaults (size=3, keys=1,
-distractors=2) are 4-7 commands, mean about 5.
+distractors=2) are 5-6 commands (mean 5.4); size=8, keys=3 gives 13-20.
+Steps take ~0.05 ms with afterstates on.
 
 Example::
 
