@@ -46,11 +46,16 @@ def one_line(text: str) -> str:
 
 
 def shorten(text: str, max_chars: int) -> str:
-    """``text`` on one line, cut to ``max_chars`` with a trailing ``"..."`` if longer."""
+    """``text`` on one line; if longer than ``max_chars``, cut (at a word boundary
+    when one is near) so that it fits with a trailing ``"..."``."""
     text = one_line(text)
     if len(text) <= max_chars:
         return text
-    return text[: max(max_chars - 3, 0)].rstrip() + "..."
+    cut = text[: max(max_chars - 3, 0)]
+    head = cut.rsplit(" ", 1)[0]
+    if len(head) >= len(cut) // 2:  # end on a word boundary unless that loses too much
+        cut = head
+    return cut.rstrip() + "..."
 
 
 def first_sentence(text: str, max_chars: int = MAX_ITEM_CHARS) -> str:

@@ -169,12 +169,8 @@ def _fields(
             )
         lines.append(GOAL_FIELD + shorten(str(info["objective"]), interface.max_obs_chars))
     if interface.memory != "none":
-        if memory_text is None:
-            raise ValueError(
-                f"Interface.memory={interface.memory!r} but no memory text was given; "
-                "pass memory_text= (or compile the menu with memory=)"
-            )
-        lines.append(MEMORY_FIELD + (one_line(memory_text) or EMPTY_MEMORY))
+        # None and "" both mean "nothing remembered yet" (e.g. the first step).
+        lines.append(MEMORY_FIELD + (one_line(memory_text or "") or EMPTY_MEMORY))
     if interface.observation:
         lines.append(
             OBSERVATION_FIELD + (shorten(obs, interface.max_obs_chars) or EMPTY_OBSERVATION)
@@ -210,7 +206,8 @@ def render_decision_prompt(
         menu: the compiled menu for this state.
         interface: which fields to show; ``afterstates=True`` requires them in the menu.
         tokenizer: decides plain vs chat (``interface.template``).
-        memory_text: the memory line; defaults to ``menu.memory``.
+        memory_text: the memory line; defaults to ``menu.memory``. ``None`` or ``""``
+            with a memory interface renders ``"Memory: none yet"``.
     """
     lines = _fields(obs, info, interface, menu.memory if memory_text is None else memory_text)
     lines += [ACTIONS_HEADER, menu.render(afterstates=interface.afterstates), ANSWER_CUE]

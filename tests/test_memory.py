@@ -1,0 +1,109 @@
+"""Memory providers: hand-worked examples of what each renders."""
+
+from __future__ import annotations
+
+import pytest
+
+from menus import MEMORY_PROVIDERS, LastKMemory, NoMemory, StructuredMemory, make_memory
+from menus.memory import first_sentence, parse_location
+
+
+def info(**extra):
+    base = {"legal_actions": ["look"], "score": 0, "invalid_action": False}
+    base.update(extra)
+    return base
+
+
+def test_registry_and_make_memory():
+    assert set(MEMORY_PROVIDERS) == {"none", "last_k", "structured"}
+    for kind, cls in MEMORY_PROVIDERS.items():
+        memory = make_memory(kind, 4)
+        assert type(memory) is cls and memory.kind == kind and memory.size == 4
+    with pytest.raises(ValueError, match=r"valid kinds: \['last_k', 'none', 'structured'\]"):
+        make_memory("episodic")
+    with pytest.raises(ValueError, match="size must be an int >= 0"):
+        make_memory("last_k", -1)
+
+
+def test_no_memory_renders_nothing():
+    memory = NoMemory()
+    memory.update("You enter the studio.", "go east", info())
+    assert memory.render() == ""
+
+
+def test_first_sentence():
+    assert first_sentence("You enter the studio. It is dark.") == "You enter the studio."
+    assert first_sentence("-= Studio =-\nYou've entered a studio!  Nice.") == (
+        "You've entered a studio!"
+    )
+    assert first_sentence("The dial reads 3.5 now") == "The dial reads 3.5 now"
+    long = first_sentence("x" * 100)
+    assert len(long) == 60 and long.endswith("...")
+
+
+def test_last_k_keeps_the_last_k_transitions():
+    memory = LastKMemory(2)
+    assert memory.k == 2 and memory.render() == ""
+    memory.update("You enter the studio. It is dark.", "go east", info())
+    memory.update("You take the key.", "take key", info())
+    memory.update(
+        '"fly" is not a legal action here; nothing happens.', "fly", info(invalid_action=True)
+    )
+    assert memory.render() == "take key -> You take the key.; fly -> (invalid)"
+    memory.reset()
+    assert memory.render() == ""
+
+
+def test_last_k_render_is_capped():
+    memory = LastKMemory(5, max_chars=80)
+    for i in range(5):
+        memory.update(f"Step {i} happened. More.", f"action number {i}", info())
+    text = memory.render()
+    assert len(text) <= 80
+    assert text.endswith("action number 4 -> Step 4 happened.")  # oldest dropped first
+
+
+def test_parse_location_sources():
+    assert parse_location("Anything.", {"location": "cellar"}) == "cellar"
+    assert parse_location("-= Kitchen =-\nYou are in a kitchen.", {}) == "Kitchen"
+    assert parse_location("You are now in the dusty attic. It is cold.", {}) == "dusty attic"
+    assert parse_location("You take the key.", {}) is None
+    assert parse_location("The key says you are in luck.", {}) is None
+
+
+def test_structured_memory_places_inventory_and_failures():
+    memory = StructuredMemory(2)
+    memory.reset("-= Hall =-\nA long hall.", info(inventory=[]))
+    assert memory.render() == "Visited: Hall. Carrying: nothing."
+    memory.update("-= Kitchen =-\nA kitchen.", "go east", info(inventory=[]))
+    memory.update("You take the key.", "take key", info(inventory=["key"]))
+    # a legal action after which nothing changed is a failure
+    memory.update("You take the key.", "take key", info(inventory=["key"]))
+    memory.update("That is locked.", "open door", info(invalid_action=True, inventory=["key"]))
+    memory.update("-= Studio =-\nA studio.", "go north", info(inventory=["key"]))
+    assert memory.render() == (
+        "Visited: Kitchen, Studio (+1 more). Carrying: key. Failed: take key, open door."
+    )
+    # an action that later succeeds is no longer listed as failed
+    memory.update("You open the door.", "open door", info(inventory=["key"], score=1))
+    assert memory.render().endswith("Failed: take key.")
+
+
+def test_structured_memory_revisits_move_to_the_end_and_without_inventory():
+    memory = StructuredMemory(3)
+    memory.update("You are in the hall.", "wait", {"location": "hall"})
+    memory.update("x", "go east", {"location": "kitchen"})
+    memory.update("y", "go west", {"location": "hall"})
+    assert memory.render() == "Visited: kitchen, hall."
+    memory.reset()
+    assert memory.render() == ""
+
+
+def test_structured_memory_render_is_capped():
+    memory = StructuredMemory(3, max_chars=60)
+    for i in range(3):
+        memory.update(
+            f"-= Room number {i} with a long name =-", f"go {i}", info(inventory=["a"] * 5)
+        )
+    text = memory.render()
+    assert len(text) <= 60
