@@ -1,0 +1,286 @@
+"""Afterstates of TextWorld games, predicted from the game's own logic engine.
+
+TextWorld keeps a symbolic state next to the compiled game: a set of facts
+(``at(P, r_1)``, ``closed(d_0)``, ``in(k_0, I)``...) and rules whose instances,
+the *logic actions*, have preconditions and postconditions. The legal commands of
+a state are the Inform 7 command texts of its applicable logic actions
+(``Inform7Game.gen_commands_from_actions``).
+
+For each legal command this module applies the command's logic action(s) to the
+current fact set and describes the facts added/removed in one short clause::
+
+    open wooden door  -> "the wooden door will be open"
+    go east           -> "you will be in the kitchen; this scores a point"
+    examine note      -> "nothing changes"
+
+The live game is never touched. Applying an applicable action ``a`` to facts ``F``
+gives ``(F | a.added) - a.removed`` (``textworld.logic.State.apply``), so the
+delta is ``added = a.added - F`` and ``removed = a.removed`` (``a.removed`` is part
+of the preconditions, hence of ``F``): two set differences instead of a
+``State.copy()``. Quest outcomes (points, win, loss) are predicted by checking the
+quests' win/fail conditions on the predicted facts, as
+``textworld.generator.game.QuestProgression`` does (its policy-tree bookkeeping of
+"unfinishable" quests is not reproduced).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Facts that encode static map structure or recipe bookkeeping: never described.
+HIDDEN_PREDICATES = frozenset(
+    {"free", "link", "north_of", "south_of", "east_of", "west_of", "match", "cooking_location"}
+    | {"base", "out"}
+    | {f"ingredient_{i}" for i in range(1, 6)}
+)
+HIDDEN_TYPES = frozenset({"RECIPE", "ingredient"})
+ADJECTIVE_WORDS = {"consumed": "eaten", "needs_cooking": "in need of cooking", "used": "used up"}
+NOTHING_CHANGES = "nothing changes"
+
+
+@dataclass(frozen=True)
+class FactDelta:
+    """Facts a logic action adds to / removes from the current state."""
+
+    added: frozenset
+    removed: frozenset
+
+    @property
+    def empty(self) -> bool:
+        return not self.added and not self.removed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Predicted quest outcome of one action: points gained, game won, game lost."""
+
+    points: int = 0
+    won: bool = False
+    lost: bool = False
+
+
+def fact_delta(facts: frozenset | set, action: Any) -> FactDelta:
+    """The exact change ``State.apply(action)`` makes to ``facts`` (action applicable)."""
+    return FactDelta(frozenset(action.added - facts), frozenset(action.removed))
+
+
+def group_commands(commands: Sequence[str], actions: Sequence[Any]) -> dict[str, list[Any]]:
+    """Map each command text to its logic actions (most preconditions first).
+
+    Several logic actions can share one command text (``cook carrot with stove`` is
+    one of three rules). The game resolves the command to one of them; TextWorld's
+    state tracker prefers actions with more preconditions, so they come first.
+    """
+    groups: dict[str, list[Any]] = {}
+    for command, action in zip(commands, actions):
+        groups.setdefault(command, []).append(action)
+    for group in groups.values():
+        if len(group) > 1:
+            group.sort(key=lambda a: len(a.preconditions), reverse=True)
+    return groups
+
+
+class QuestTracker:
+    """Which quests are completed/failed, and what a predicted delta would do to them."""
+
+    def __init__(self, quests: Sequence[Any]) -> None:
+        self.quests = list(quests)
+        self.completions = [0] * len(self.quests)
+        self.failed = [False] * len(self.quests)
+        self._win = [[tuple(e.condition.preconditions) for e in q.win_events] for q in self.quests]
+        self._fail = [
+            [tuple(e.condition.preconditions) for e in q.fail_events] for q in self.quests
+        ]
+
+    def _done(self, i: int) -> bool:
+        quest = self.quests[i]
+        return self.failed[i] or (self.completions[i] > 0 and not quest.repeatable)
+
+    def observe(self, facts: frozenset | set) -> None:
+        """Update the quest states after the live game reached ``facts``."""
+        for i in range(len(self.quests)):
+            if self._done(i):
+                continue
+            if any(all(p in facts for p in cond) for cond in self._fail[i]):
+                self.failed[i] = True
+            elif any(all(p in facts for p in cond) for cond in self._win[i]):
+                self.completions[i] += 1
+
+    def predict(self, facts: frozenset | set, delta: FactDelta) -> Outcome:
+        """Outcome of moving from ``facts`` by ``delta`` (nothing is mutated)."""
+        added, removed = delta.added, delta.removed
+
+        def holds(p: Any) -> bool:
+            return p in added or (p in facts and p not in removed)
+
+        points, completed, failed = 0, list(self.completions), list(self.failed)
+        for i, quest in enumerate(self.quests):
+            if self._done(i):
+                continue
+            if any(all(holds(p) for p in cond) for cond in self._fail[i]):
+                failed[i] = True
+            elif any(all(holds(p) for p in cond) for cond in self._win[i]):
+                completed[i] += 1
+                points += quest.reward
+        mandatory = [i for i, q in enumerate(self.quests) if not q.optional]
+        lost = any(failed[i] for i in mandatory)
+        winnable = [i for i in mandatory if self._win[i]]
+        won = bool(winnable) and not lost and all(completed[i] > 0 for i in winnable)
+        return Outcome(points=points, won=won, lost=lost)
+
+
+class FactDescriber:
+    """Renders a :class:`FactDelta` as one short English clause, using entity names."""
+
+    def __init__(self, entity_names: dict[str, str]) -> None:
+        self.names = entity_names
+        self._cache: dict[FactDelta, str] = {}
+
+    def name(self, var: Any) -> str:
+        if var.type == "P":
+            return "you"
+        return "the " + (self.names.get(var.name) or var.name)
+
+    def describe(self, delta: FactDelta) -> str:
+        text = self._cache.get(delta)
+        if text is None:
+            text = self._describe(delta)
+            self._cache[delta] = text
+        return text
+
+    def _describe(self, delta: FactDelta) -> str:
+        if delta.empty:
+            return NOTHING_CHANGES
+        added = _visible(delta.added)
+        removed = _visible(delta.removed)
+        was_locked = {f.arguments[0].name for f in removed if f.name == "locked"}
+        # One entry per clause: a relation sentence, or a subject whose adjectives merge
+        # ("the carrot will be sliced and fried").
+        entries: list[str | Any] = []
+        adjectives: dict[str, list[str]] = {}
+        for fact in added:
+            subject = fact.arguments[0]
+            if len(fact.arguments) > 1:
+                entries.append(self._relation(fact, negated=False))
+                continue
+            word = ADJECTIVE_WORDS.get(fact.name, fact.name.replace("_", " "))
+            if fact.name == "closed" and subject.name in was_locked:
+                word = "unlocked"
+            if subject.name not in adjectives:
+                adjectives[subject.name] = []
+                entries.append(subject)
+            adjectives[subject.name].append(word)
+        # A removed fact about a subject that also gains a fact is implied by the gain
+        # (the key leaves the trunk because you carry it); others are said explicitly.
+        gaining = {f.arguments[0].name for f in added}
+        entries += [self._removed(f) for f in removed if f.arguments[0].name not in gaining]
+        clauses = [
+            e if isinstance(e, str) else f"{self.name(e)} will be {_join_words(adjectives[e.name])}"
+            for e in entries
+        ]
+        clauses.sort(key=lambda c: not c.startswith("you "))  # the player's own change first
+        return "; ".join(clauses) if clauses else "nothing visible changes"
+
+    def _relation(self, fact: Any, *, negated: bool) -> str:
+        subject, other = fact.arguments[0], fact.arguments[1]
+        will = "will no longer" if negated else "will"
+        if fact.name == "at" and subject.type == "P":
+            return f"you {will} be in {self.name(other)}"
+        if fact.name == "in" and other.type == "I":
+            return f"you {will} carry {self.name(subject)}"
+        if fact.name == "at" and other.type == "r":
+            return f"{self.name(subject)} {will} be on the floor of {self.name(other)}"
+        if fact.name in ("in", "on"):
+            return f"{self.name(subject)} {will} be {fact.name} {self.name(other)}"
+        names = " and ".join(self.name(v) for v in fact.arguments[1:])
+        return f"{self.name(subject)} {will} be {fact.name.replace('_', ' ')} {names}"
+
+    def _removed(self, fact: Any) -> str:
+        if len(fact.arguments) == 1:
+            word = ADJECTIVE_WORDS.get(fact.name, fact.name.replace("_", " "))
+            return f"{self.name(fact.arguments[0])} will no longer be {word}"
+        return self._relation(fact, negated=True)
+
+
+def describe_outcome(outcome: Outcome) -> str:
+    """``"this scores a point"``-style suffix, or ``""`` when nothing is predicted."""
+    parts = []
+    if outcome.points:
+        parts.append(
+            "this scores a point" if outcome.points == 1 else f"this scores {outcome.points} points"
+        )
+    if outcome.won:
+        parts.append("this wins the game")
+    if outcome.lost:
+        parts.append("this loses the game")
+    return "; ".join(parts)
+
+
+class AfterstateModel:
+    """Afterstate predictor for one loaded TextWorld game.
+
+    Args:
+        game: the ``textworld.Game`` (its logic, entity names and quests).
+
+    Call :meth:`reset` at the start of an episode and :meth:`observe` after every
+    live step (both with the live logic state's facts), then :meth:`afterstates`.
+    """
+
+    def __init__(self, game: Any) -> None:
+        names = {var_id: info.name for var_id, info in game.infos.items() if info.name}
+        self.describer = FactDescriber(names)
+        self.quests = QuestTracker(game.quests)
+        self._quest_source = game.quests
+
+    def reset(self, facts: frozenset | set) -> None:
+        self.quests = QuestTracker(self._quest_source)
+        self.quests.observe(facts)
+
+    def observe(self, facts: frozenset | set) -> None:
+        self.quests.observe(facts)
+
+    def predict(self, facts: frozenset | set, actions: Iterable[Any]) -> list[FactDelta]:
+        """Distinct fact deltas of a command's logic actions (preferred action first)."""
+        deltas: list[FactDelta] = []
+        for action in actions:
+            delta = fact_delta(facts, action)
+            if delta not in deltas:
+                deltas.append(delta)
+        return deltas
+
+    def describe_command(self, facts: frozenset | set, actions: Sequence[Any]) -> str:
+        """One clause for one legal command (all its logic actions)."""
+        texts = []
+        for delta in self.predict(facts, actions):
+            text = self.describer.describe(delta)
+            suffix = describe_outcome(self.quests.predict(facts, delta))
+            texts.append(f"{text}; {suffix}" if suffix else text)
+        if len(texts) == 1:
+            return texts[0]
+        return (
+            "either " + ", or ".join(texts) + f" ({len(actions)} game actions share this command)"
+        )
+
+    def afterstates(
+        self, facts: frozenset | set, groups: dict[str, list[Any]], legal: Sequence[str]
+    ) -> list[str]:
+        """One clause per legal command, aligned with ``legal``."""
+        return [self.describe_command(facts, groups[command]) for command in legal]
+
+
+def _visible(facts: Iterable[Any]) -> list[Any]:
+    out = [
+        f
+        for f in facts
+        if f.name not in HIDDEN_PREDICATES and not any(v.type in HIDDEN_TYPES for v in f.arguments)
+    ]
+    out.sort(key=lambda f: (f.name, f.names))
+    return out
+
+
+def _join_words(words: list[str]) -> str:
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " and " + words[-1]
