@@ -62,7 +62,7 @@ INGREDIENTS = (
     "carrot", "potato", "onion", "tomato", "pepper", "mushroom", "apple", "egg",
     "fish", "cheese", "turnip", "garlic", "leek", "pear", "beet", "squash",
 )  # fmt: skip
-DISHES = ("stew", "soup", "pie", "salad", "omelette", "stir-fry", "casserole", "roast")
+DISHES = ("stew", "soup", "pie", "salad", "omelette", "curry", "casserole", "gratin")
 # process verb -> (fixture that allows it, past participle)
 PROCESSES = {"slice": ("cutting board", "sliced"), "fry": ("stove", "fried"),
              "roast": ("oven", "roasted")}  # fmt: skip
