@@ -221,7 +221,7 @@ def token_mean(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
 
 
 Surrogate = Callable[..., tuple[Tensor, Metrics]]
-Aggregation = Callable[[Tensor, Tensor, "int | None"], Tensor]
+Aggregation = Callable[[Tensor, Tensor, int | None], Tensor]
 
 
 @dataclass(frozen=True)
