@@ -33,7 +33,7 @@ _SPACES = re.compile(r"\s+")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 # TextWorld room header, e.g. "-= Kitchen =-".
 _TEXTWORLD_ROOM = re.compile(r"-=\s*(.+?)\s*=-")
-# "You are in the kitchen." / "You are now at a crossroads," at the start of a sentence.
+# "You are in the kitchen." / "You are now at a crossroads," (matched per sentence).
 _YOU_ARE_IN = re.compile(
     r"^(?:you are|you're|you find yourself)(?: now)? (?:in|at|inside) (?:the |a |an )?([^.,;!?]+)",
     re.IGNORECASE,
@@ -72,7 +72,7 @@ def parse_location(obs: str, info: Mapping[str, Any]) -> str | None:
     """The player's place after a step, or ``None`` when it cannot be told.
 
     In order: ``info["location"]`` when the env provides it; a TextWorld room header
-    ``-= Name =-`` anywhere in the observation; a first sentence of the form
+    ``-= Name =-`` anywhere in the observation; the first sentence that starts
     "You are (now) in/at the X". Any other observation records no place, so a
     failed or non-moving action does not invent one.
     """
@@ -82,9 +82,10 @@ def parse_location(obs: str, info: Mapping[str, Any]) -> str | None:
     header = _TEXTWORLD_ROOM.search(obs)
     if header:
         return shorten(header.group(1), MAX_ITEM_CHARS)
-    match = _YOU_ARE_IN.match(one_line(obs))
-    if match:
-        return shorten(match.group(1), MAX_ITEM_CHARS)
+    for sentence in _SENTENCE_END.split(one_line(obs)):
+        match = _YOU_ARE_IN.match(sentence.strip())
+        if match:
+            return shorten(match.group(1), MAX_ITEM_CHARS)
     return None
 
 

@@ -67,6 +67,7 @@ def test_parse_location_sources():
     assert parse_location("Anything.", {"location": "cellar"}) == "cellar"
     assert parse_location("-= Kitchen =-\nYou are in a kitchen.", {}) == "Kitchen"
     assert parse_location("You are now in the dusty attic. It is cold.", {}) == "dusty attic"
+    assert parse_location("You roast the egg. You are in the shed. Exits: east.", {}) == "shed"
     assert parse_location("You take the key.", {}) is None
     assert parse_location("The key says you are in luck.", {}) is None
 
