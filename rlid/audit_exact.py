@@ -3,13 +3,15 @@
 The text policy is the model's distribution over complete commands after a
 token-plane prompt, restricted to an enumerated set of wordings and renormalised:
 
-    log π(y|s)  = Σ_t log p(c_t | prompt, c_<t),   c = tokens of " " + y + terminator
+    log π(y|s)  = Σ_t log p(c_t | prompt, c_<t),   c = tokens of " " + y + "\\n"
     π̃(y|s)      = π(y|s) / Σ_{y' enumerated} π(y'|s)
     π̃(a|s)      = Σ_{f(y)=a} π̃(y|s)
 
 The continuation is tokenized on its own and appended to the prompt's ids, which is
-what a sampler that continues the prompt produces; the terminator makes π a
-distribution over *complete* commands ("go" is not a prefix event of "go east").
+what a sampler that continues the prompt produces (``menus.command_completion``:
+the token plane writes " go east\\n" after "Command:"). The newline that ends a
+command makes π a distribution over *complete* commands ("go" is not a prefix event
+of "go east").
 Renormalising makes π̃ a proper distribution on the enumerated set, so the identity
 is exact for it; note ∇log π̃(y) = ∇log π(y) − E_π̃[∇log π(y')].
 
@@ -27,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from menus.prompt import COMMAND_PREFIX, command_completion
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class TextScores:
     score_action: torch.Tensor
     """(M, D) ∇θ log π̃(a|s)."""
     n_tokens: tuple[int, ...]
-    """Continuation tokens per wording (terminator included)."""
+    """Continuation tokens per wording (the closing newline included)."""
 
     @property
     def enumerated_mass(self) -> float:
@@ -143,13 +147,16 @@ def select_parameters(
     return chosen
 
 
-def continuation_ids(tokenizer, wordings: Sequence[str], terminator: str) -> list[list[int]]:
-    """Token ids of " " + wording + terminator for each wording; rejects collisions.
+def continuation_ids(tokenizer, wordings: Sequence[str], prefix: str) -> list[list[int]]:
+    """Token ids of what the token plane writes for each wording, ``prefix + y + "\\n"``
+    (``menus.command_completion``); rejects collisions.
 
-    Two wordings with the same ids are one event of the text policy (e.g. both map to
-    unknown tokens), so counting both would double their probability.
+    Two wordings with the same ids are one event of the text policy, so counting both
+    would double their probability.
     """
-    ids = [tokenizer(" " + w + terminator, add_special_tokens=False)["input_ids"] for w in wordings]
+    ids = [
+        tokenizer.encode(command_completion(w, prefix), add_special_tokens=False) for w in wordings
+    ]
     seen: dict[tuple[int, ...], str] = {}
     for wording, seq in zip(wordings, ids):
         if not seq:
@@ -171,20 +178,22 @@ def text_scores(
     wording_set: WordingSet,
     *,
     params: Sequence[str] | None = None,
-    terminator: str = "\n",
+    prefix: str = COMMAND_PREFIX,
 ) -> TextScores:
     """Exact π̃(y|s), π̃(a|s) and their float64 score vectors (see the module docstring).
 
-    ``model`` must already be float64 (the audit casts a copy); ``params`` are globs
-    over ``model.named_parameters()`` selecting the gradient coordinates.
+    ``model`` must already be float64 (:func:`float64_copy`); ``params`` are globs over
+    ``model.named_parameters()`` selecting the gradient coordinates; ``prompt`` is
+    encoded without special tokens (it is complete text, as ``menus.prompt`` renders
+    it) and ``prefix`` is the text before the command (``menus.command_context``).
     """
     dtype = next(model.parameters()).dtype
     if dtype != torch.float64:
         raise ValueError(f"the audit needs a float64 model, got {dtype}: cast a copy first")
     selected = [p for _, p in select_parameters(model, params)]
     device = selected[0].device
-    prompt_ids = tokenizer(prompt)["input_ids"]
-    conts = continuation_ids(tokenizer, wording_set.flat_wordings, terminator)
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    conts = continuation_ids(tokenizer, wording_set.flat_wordings, prefix)
     n_prompt, width = len(prompt_ids), max(len(c) for c in conts)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((len(conts), n_prompt + width), pad_id, dtype=torch.long)
@@ -194,12 +203,16 @@ def text_scores(
         input_ids[i, : n_prompt + len(cont)] = torch.tensor(prompt_ids + cont)
         attention[i, : n_prompt + len(cont)] = 1
         cont_mask[i, : len(cont)] = 1.0
-    input_ids, attention, cont_mask = input_ids.to(device), attention.to(device), cont_mask.to(device)
+    input_ids, attention, cont_mask = (
+        input_ids.to(device),
+        attention.to(device),
+        cont_mask.to(device),
+    )
 
     # Logits at positions n_prompt-1 .. end-1 predict the continuation tokens.
-    logits = model(
-        input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1
-    ).logits[:, :-1]  # (N, width, V)
+    logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1).logits[
+        :, :-1
+    ]  # (N, width, V)
     token_logp = torch.log_softmax(logits.to(torch.float64), -1)
     targets = input_ids[:, n_prompt:]  # (N, width)
     token_logp = token_logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * cont_mask
@@ -213,7 +226,10 @@ def text_scores(
     def flat_grad(output: torch.Tensor) -> torch.Tensor:
         grads = torch.autograd.grad(output, selected, retain_graph=True, allow_unused=True)
         return torch.cat(
-            [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, selected)]
+            [
+                (g if g is not None else torch.zeros_like(p)).reshape(-1)
+                for g, p in zip(grads, selected)
+            ]
         )
 
     score_text = torch.stack([flat_grad(lp) for lp in logp_text])  # (N, D)
@@ -268,7 +284,9 @@ def plain_atoms(scores: TextScores, wording_set: WordingSet) -> EstimatorAtoms:
     )
 
 
-def wording_bonus_atoms(atoms: EstimatorAtoms, bonus_mask: torch.Tensor, bonus: float) -> EstimatorAtoms:
+def wording_bonus_atoms(
+    atoms: EstimatorAtoms, bonus_mask: torch.Tensor, bonus: float
+) -> EstimatorAtoms:
     """Negative control 1: the token estimator's advantage also depends on the wording.
 
     Wordings in ``bonus_mask`` get ``bonus`` added; the decision estimator gets the most
@@ -314,6 +332,7 @@ class Decomposition:
     trace_cov_text: float  # tr Cov[g_y]
     trace_cov_action: float  # tr Cov[g_a]
     wording_term: float  # E_a tr Cov[g_y | a], about the conditional mean E[g_y | a]
+    wording_term_by_group: tuple[float, ...]  # π̃(g) tr Cov[g_y | g] per decision outcome
     fisher_text: float  # E_y ‖∇log π̃(y)‖²
     fisher_action: float  # E_a ‖∇log π̃(a)‖²
 
@@ -352,18 +371,25 @@ def decompose(atoms: EstimatorAtoms, scores: TextScores) -> Decomposition:
     text_values = (atoms.adv_text, atoms.text_row, s_text)
     action_values = (atoms.adv_action, atoms.action_row, s_action)
     ones_t, ones_g = torch.ones_like(atoms.prob), torch.ones_like(group_prob)
+    within = _spread(atoms.prob, *text_values, cond_mean, atoms.group)  # (T,)
+    by_group = torch.zeros_like(group_prob).index_add_(0, atoms.group, within)
     return Decomposition(
         mean_text=mean_text,
         mean_action=mean_action,
-        trace_cov_text=_spread(atoms.prob, *text_values, mean_text.expand(1, -1), None),
-        trace_cov_action=_spread(group_prob, *action_values, mean_action.expand(1, -1), None),
-        wording_term=_spread(atoms.prob, *text_values, cond_mean, atoms.group),
-        fisher_text=_spread(atoms.prob, ones_t, atoms.text_row, s_text, None, None),
-        fisher_action=_spread(group_prob, ones_g, atoms.action_row, s_action, None, None),
+        trace_cov_text=float(_spread(atoms.prob, *text_values, mean_text[None], None).sum()),
+        trace_cov_action=float(_spread(group_prob, *action_values, mean_action[None], None).sum()),
+        wording_term=float(within.sum()),
+        wording_term_by_group=tuple(by_group.tolist()),
+        fisher_text=float(_spread(atoms.prob, ones_t, atoms.text_row, s_text, None, None).sum()),
+        fisher_action=float(
+            _spread(group_prob, ones_g, atoms.action_row, s_action, None, None).sum()
+        ),
     )
 
 
-def _weighted_rows(weights: torch.Tensor, rows: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+def _weighted_rows(
+    weights: torch.Tensor, rows: torch.Tensor, vectors: torch.Tensor
+) -> torch.Tensor:
     """Σ_t weights[t] · vectors[rows[t]] -> (D,)."""
     per_row = torch.zeros(len(vectors), dtype=vectors.dtype).index_add_(0, rows, weights)
     return per_row @ vectors
@@ -376,12 +402,24 @@ def _spread(
     vectors: torch.Tensor,
     centers: torch.Tensor | None,
     center_index: torch.Tensor | None,
-) -> float:
-    """Σ_t prob[t] ‖coef[t]·vectors[rows[t]] − centers[center_index[t]]‖² (center 0 if None)."""
-    total = torch.zeros((), dtype=torch.float64)
-    for t in range(len(prob)):
+) -> torch.Tensor:
+    """(T,) prob[t] ‖coef[t]·vectors[rows[t]] − centers[center_index[t]]‖² (center 0 if None)."""
+    terms = torch.zeros(len(prob), dtype=torch.float64)
+    for t in range(len(prob)):  # one (D,) vector at a time: no (T, D) copy
         value = coef[t] * vectors[rows[t]]
         if centers is not None:
             value = value - centers[0 if center_index is None else center_index[t]]
-        total = total + prob[t] * value.square().sum()
-    return float(total)
+        terms[t] = prob[t] * value.square().sum()
+    return terms
+
+
+def score_mean_rel(scores: TextScores) -> float:
+    """‖E_π̃[∇log π̃(y)]‖ / sqrt(E_π̃‖∇log π̃(y)‖²): zero in exact arithmetic.
+
+    A float64 sanity check of the whole gradient path: a hidden float32 step in the
+    model shows here as ~1e-8 instead of ~1e-16.
+    """
+    prob = scores.logp_text.exp()
+    mean = prob @ scores.score_text
+    second = prob @ scores.score_text.square().sum(-1)
+    return float(torch.linalg.vector_norm(mean) / second.sqrt())
