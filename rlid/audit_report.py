@@ -141,13 +141,13 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     c2 = report["controls"]["label_policy"]
     c3 = report["controls"]["advantage_noise"]
     action, wording = report["trace_cov_action"], report["wording_term"]
-    fig = Figure(figsize=(11, 4.2))
+    fig = Figure(figsize=(15, 4.4))
     FigureCanvasAgg(fig)
-    ax, mc = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
+    ax, other, mc = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.4, 0.7, 1.2]})
     # Stacks: token = action + wording; token + noise = action + wording + sigma^2 E|s_y|^2;
     # decision + noise = action + sigma^2 E|s_a|^2.
-    names = ["token plane", "decision", "token + noise", "decision + noise", "label readout"]
-    ax.bar(names[:4], [action] * 4, color="tab:blue", label="tr Cov[g_a]")
+    names = ["token plane", "decision", "token + noise", "decision + noise"]
+    ax.bar(names, [action] * 4, color="tab:blue", label="tr Cov[g_a]")
     ax.bar(
         names[0:3:2], [wording] * 2, bottom=[action] * 2, color="tab:orange", label="wording term"
     )
@@ -158,11 +158,14 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
         color="tab:red",
         label=f"advantage noise (sigma={c3['sigma']})",
     )
-    ax.bar(names[4:], [c2["trace_cov"]], color="tab:gray", label="label policy (other model)")
     ax.set_ylabel("trace of covariance")
-    ax.set_title("variance terms (exact)")
-    ax.tick_params(axis="x", labelrotation=20)
+    ax.set_title("one text policy: the identity (exact)")
+    ax.tick_params(axis="x", labelrotation=15)
     ax.legend(fontsize=8)
+    # The label policy is another model: its own panel and scale, no stacking.
+    other.bar(["marginal pi~(a)", "label readout"], [action, c2["trace_cov"]], color="tab:gray")
+    other.set_title("two policies: outside the identity", fontsize=10)
+    other.tick_params(axis="x", labelrotation=15)
 
     rows = report["monte_carlo"]["rows"]
     sizes = [r["n"] for r in rows]
