@@ -52,7 +52,9 @@ class Budget:
 
     def get(self, currency: str) -> float:
         if currency not in self.__dataclass_fields__:
-            raise ValueError(f"unknown budget currency {currency!r}; valid: {', '.join(CURRENCIES)}")
+            raise ValueError(
+                f"unknown budget currency {currency!r}; valid: {', '.join(CURRENCIES)}"
+            )
         return getattr(self, currency)
 
 

@@ -88,6 +88,9 @@ class TrainConfig:
     invalid_penalty: float = _f(0.0, "token plane: reward added when a command does not parse")
     max_gen_batches: int = _f(3, "DAPO dynamic sampling: most generation rounds per iteration")
     beta: float = _f(0.0, "token plane: k3 KL-to-reference coefficient")
+    overlong_cache: int = _f(
+        0, "DAPO overlong shaping: penalty ramp over the last N of max_new_tokens (0: off)"
+    )
 
     # --- scoring plane --------------------------------------------------------------------
     norm: ScoreNorm = _f("token", "action scoring: sum, token-mean or word-mean log-likelihood")
@@ -119,6 +122,11 @@ class TrainConfig:
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.overlong_cache <= self.max_new_tokens:
+            raise ValueError(
+                f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], "
+                f"got {self.overlong_cache}"
+            )
         if not (0 < self.gamma <= 1 and 0 <= self.lam <= 1):
             raise ValueError(f"need 0 < gamma <= 1 and 0 <= lam <= 1, got {self.gamma}, {self.lam}")
         if self.advantage == "group" and self.group_size < 2:

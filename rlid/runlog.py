@@ -47,6 +47,8 @@ class RunLog:
         self.metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ opening
+    # ``open`` only checks (a new run writes nothing until ``start``), so a run that
+    # fails during setup -- bad model path, bad env option -- leaves nothing behind.
     @classmethod
     def open(cls, path: Path, config: TrainConfig | None, *, resume: bool) -> RunLog:
         path = Path(path)
@@ -59,7 +61,9 @@ class RunLog:
             try:
                 saved = TrainConfig.from_dict(rundir.read_json(cfg_path)["config"])
             except (KeyError, ValueError, TypeError, json.JSONDecodeError) as err:
-                raise ValueError(f"cannot resume: {cfg_path} is not a valid run config: {err}") from None
+                raise ValueError(
+                    f"cannot resume: {cfg_path} is not a valid run config: {err}"
+                ) from None
             log = cls(path, saved, resuming=rundir.recover_checkpoint_dir(path) is not None)
             log.metrics = rundir.read_metrics(path)
             if not log.resuming:
@@ -72,12 +76,17 @@ class RunLog:
                 f"{path} already holds files; resume it with `rlid train --resume {path}` "
                 "or choose another --out"
             )
-        path.mkdir(parents=True, exist_ok=True)
-        rundir.write_json(
-            path / "config.json",
-            {"config": config.to_dict(), "fingerprint": config_fingerprint(config)},
-        )
         return cls(path, config, resuming=False)
+
+    def start(self) -> None:
+        """Create the directory and write config.json (call once setup has succeeded)."""
+        if (self.path / "config.json").exists():
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        rundir.write_json(
+            self.path / "config.json",
+            {"config": self.config.to_dict(), "fingerprint": config_fingerprint(self.config)},
+        )
 
     def checkpoint_model_dir(self) -> Path:
         return self.path / rundir.CHECKPOINT / "model"
@@ -107,12 +116,14 @@ class RunLog:
     def restore(
         self,
         *,
-        model: torch.nn.Module,
         value_head: torch.nn.Module | None,
         optimizer: torch.optim.Optimizer,
         budget: Budget,
     ) -> int:
-        """Load optimizer/value head/budget/RNG; return the checkpoint's iteration."""
+        """Load optimizer/value head/budget/RNG; return the checkpoint's iteration.
+
+        The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
+        """
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
         if state.get("fingerprint") != config_fingerprint(self.config):
@@ -133,7 +144,6 @@ class RunLog:
         iteration = int(state["iteration"])
         self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
         rundir.write_metrics(self.path, self.metrics)
-        del model
         return iteration
 
     # ------------------------------------------------------------------ logging

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
-from rlid.advantages import gae, group_relative_advantages
+from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.policy import Decision, DecisionPolicy, ValueHead
@@ -38,9 +38,15 @@ from rlid.runlog import RunLog
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
 
 
-def iteration_rngs(seed: int, iteration: int) -> tuple[np.random.Generator, torch.Generator]:
-    """All randomness of one iteration, derived from (seed, iteration)."""
-    rng = np.random.default_rng([seed, iteration])
+def iteration_rngs(
+    seed: int, iteration: int, stream: int = 0
+) -> tuple[np.random.Generator, torch.Generator]:
+    """All randomness of one iteration, derived from (seed, iteration, stream).
+
+    Stream 0 is training; evaluation uses its own streams so that evaluating never
+    shifts the randomness of training.
+    """
+    rng = np.random.default_rng([seed, iteration, stream])
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     return rng, gen
 
@@ -50,7 +56,9 @@ def make_envs(config: TrainConfig, split: str, count: int) -> list[Any]:
     return [envs_pkg.make(config.env, **options) for _ in range(count)]
 
 
-def preflight_menu_sizes(env_list: list[Any], max_rows: int, interface: Any, seeds: int = 4) -> None:
+def preflight_menu_sizes(
+    env_list: list[Any], max_rows: int, interface: Any, seeds: int = 4
+) -> None:
     """Fail before training when the env's menus can exceed the label alphabet."""
     if interface.overflow != "error":
         return
@@ -77,7 +85,7 @@ def preflight_menu_sizes(env_list: list[Any], max_rows: int, interface: Any, see
 
 def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], list[int]]:
     """Reset seeds and group ids: group g plays one game group_size times."""
-    rng = np.random.default_rng([config.seed, iteration, 1])
+    rng = np.random.default_rng([config.seed, iteration, 2])
     group_seeds = rng.integers(0, 2**31 - 1, size=config.groups_per_iter)
     seeds = [int(s) for s in group_seeds for _ in range(config.group_size)]
     groups = [g for g in range(config.groups_per_iter) for _ in range(config.group_size)]
@@ -100,11 +108,15 @@ def compute_advantages(
     for e in episodes:
         rewards = torch.tensor(e.rewards, dtype=torch.float32).unsqueeze(1)  # (T, 1)
         values = torch.tensor([d.value for d in e.decisions], dtype=torch.float32).unsqueeze(1)
-        dones = torch.zeros_like(rewards)
-        dones[-1] = 1.0  # episode ends here (terminated or truncated; see module docstring)
+        # The final state of an episode is never scored (envs list no legal actions there),
+        # so truncated episodes bootstrap with 0 too: every episode end is terminal here.
+        next_values = next_values_from(values, torch.zeros(1))  # (T, 1)
+        ended = torch.zeros_like(rewards, dtype=torch.bool)
+        ended[-1] = True
         a, r = gae(
-            rewards, values, dones, torch.zeros(1), gamma=config.gamma, lam=config.lam
-        )
+            rewards, values, next_values, ended, torch.zeros_like(ended),
+            gamma=config.gamma, lam=config.lam,
+        )  # fmt: skip
         advs.append(a.squeeze(1))
         targets.append(r.squeeze(1))
     return decisions, torch.cat(advs), torch.cat(targets)
@@ -122,16 +134,29 @@ def evaluate(
     """Success rate, return and length on ``episodes`` held-out games (greedy by default)."""
     if episodes == 0:
         return {}
+    # Evaluation is not training spend: count it in a throwaway budget.
+    saved = (policy.budget, policy.timers)
+    policy.budget, policy.timers = Budget(), Timers()
+    try:
+        return _evaluate(policy, env_list, episodes, interface=interface, seed=seed, greedy=greedy)
+    finally:
+        policy.budget, policy.timers = saved
+
+
+def _evaluate(
+    policy: Any, env_list: list[Any], episodes: int, *, interface: Any, seed: int, greedy: bool
+) -> dict[str, float]:
     done: list[Episode] = []
     start = 0
     while start < episodes:
         n = min(len(env_list), episodes - start)
         seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
-        rng, gen = iteration_rngs(seed, -1 - start)
-        done += collect_episodes(
-            env_list[:n], policy, seeds, list(range(n)), interface=interface,
-            rng=rng, generator=gen, greedy=greedy,
-        )  # fmt: skip
+        rng, gen = iteration_rngs(seed, start, stream=1)
+        with torch.no_grad():
+            done += collect_episodes(
+                env_list[:n], policy, seeds, list(range(n)), interface=interface,
+                rng=rng, generator=gen, greedy=greedy,
+            )  # fmt: skip
         start += n
     stats = episode_stats(done)
     stats["episodes"] = len(done)
@@ -247,9 +272,10 @@ def train(
         ref_model = copy.deepcopy(model).requires_grad_(False)
         ref_policy = make_policy(ref_model, tokenizer, config.interface, budget=Budget())
 
+    log.start()
     iteration = 0
     if log.resuming:
-        iteration = log.restore(model=model, value_head=value_head, optimizer=optimizer, budget=budget)
+        iteration = log.restore(value_head=value_head, optimizer=optimizer, budget=budget)
     else:
         log.write_origin(getattr(model, "rlid_origin", str(config.model)))
         before = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
@@ -292,7 +318,9 @@ def train(
         row["time"] = timers.pop()
         row["budget"] = budget.to_dict()
         if config.eval_every and iteration % config.eval_every == 0:
-            row["eval"] = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
+            row["eval"] = evaluate(
+                policy, eval_envs, config.eval_episodes, interface=config.interface
+            )
         log.append_metrics(row)
         if iteration % config.checkpoint_every == 0 or budget.env_steps >= config.steps:
             log.checkpoint(

@@ -1,0 +1,215 @@
+"""Warm start: language-model pretraining of the tiny model on random-play transcripts.
+
+DESIGN.md §9: both planes should start from a model that can *read a menu and
+write a command* but knows no task. So the transcripts come from a uniformly
+random policy on training games: each step gives two sequences,
+
+* the decision prompt (observation, memory, menu with afterstates) followed by
+  the chosen label and the chosen command text (``" B\\nCommand: go east\\n"``);
+* the token-plane prompt followed by the chosen command (``" go east\\n"``);
+
+and the model is trained as a plain causal LM on them. Because the choices are
+uniformly random, the only thing to learn about *which* row to pick is "any
+legal label": the warm model has no preference that solves a game.
+
+``rlid pretrain`` caches the result in ``rlid.models.tiny_cache_dir()``;
+``load_policy_model("tiny")`` then returns it (``model.rlid_origin == "warm"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs as envs_pkg
+from menus import Interface, compile_menu, make_memory
+from menus.prompt import (
+    command_completion,
+    label_set_for,
+    render_decision_prompt,
+    render_decision_target,
+    render_token_prompt,
+)
+
+DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Settings of the warm start (defaults: a few minutes on 2 CPU cores)."""
+
+    envs: tuple[str, ...] = DEFAULT_ENVS  # env ids whose training games are played at random
+    episodes_per_env: int = 48  # random-play episodes per env
+    max_episode_steps: int = 12  # cap per random episode (short: prompts, not solutions)
+    steps: int = 400  # optimizer steps
+    batch_size: int = 16  # sequences per step
+    lr: float = 2e-3  # AdamW, cosine decay to 10%
+    max_tokens: int = 384  # longer sequences are dropped
+    seed: int = 0
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("episodes_per_env", "max_episode_steps", "steps", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.envs:
+            raise ValueError("give at least one env id to play")
+        for env_id in self.envs:
+            envs_pkg.get_spec(env_id)  # unknown ids fail listing the valid ones
+
+
+def random_play_transcripts(
+    config: PretrainConfig, tokenizer: Any, interface: Interface | None = None
+) -> list[str]:
+    """Texts (decision and token-plane transcripts) from uniformly random play."""
+    interface = interface or Interface()
+    labels = label_set_for(interface, tokenizer)
+    rng = np.random.default_rng(config.seed)
+    texts: list[str] = []
+    for env_id in config.envs:
+        env = envs_pkg.make(env_id, split="train", max_episode_steps=config.max_episode_steps)
+        memory = make_memory(interface.memory, interface.memory_size)
+        for episode in range(config.episodes_per_env):
+            obs, info = env.reset(seed=int(rng.integers(2**31 - 1)) + episode)
+            memory.reset()
+            done = False
+            while not done and info["legal_actions"]:
+                memory_text = memory.render() or None
+                legal = info["legal_actions"]
+                if len(legal) > len(labels):
+                    legal = legal[: len(labels)]
+                afterstates = info.get("afterstates")
+                menu = compile_menu(
+                    legal,
+                    afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
+                    memory_text,
+                    labels=labels,
+                    rng=rng,
+                )
+                row = int(rng.integers(len(menu.rows)))
+                label, action = menu.rows[row].label, menu.rows[row].action
+                prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
+                texts.append(prompt + render_decision_target(label, action))
+                token_prompt = render_token_prompt(
+                    obs, info, interface, tokenizer, memory_text,
+                    legal_actions=legal if interface.show_legal_to_token_plane else None,
+                )  # fmt: skip
+                texts.append(token_prompt + command_completion(action))
+                obs, _, terminated, truncated, info = env.step(action)
+                memory.update(obs, action, info)
+                done = terminated or truncated
+        env.close()
+    return texts
+
+
+def pretrain(
+    config: PretrainConfig, *, out: Path | None = None, progress: bool = True
+) -> dict[str, Any]:
+    """Pretrain the fresh tiny model; save it atomically to ``out`` (default: the cache)."""
+    from tqdm import tqdm
+
+    from rlid.models import build_tiny_model, save_policy_model, tiny_cache_dir
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    torch.set_num_threads(config.threads)
+    t0 = time.perf_counter()
+    tokenizer = build_tiny_tokenizer()
+    texts = random_play_transcripts(config, tokenizer)
+    eos = tokenizer.eos_token_id
+    seqs = [tokenizer.encode(t, add_special_tokens=False) + [eos] for t in texts]
+    seqs = [s for s in seqs if len(s) <= config.max_tokens]
+    if not seqs:
+        raise ValueError("no transcript fits max_tokens; raise --max-tokens")
+    model = build_tiny_model(tokenizer, seed=config.seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(step / config.steps, 1.0))),
+    )
+    gen = torch.Generator().manual_seed(config.seed)
+    pad = tokenizer.pad_token_id
+    losses: list[float] = []
+    bar = tqdm(range(config.steps), desc="pretrain", unit="step", disable=not progress)
+    for _ in bar:
+        idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
+        batch = [seqs[i] for i in idx]
+        t_max = max(len(s) for s in batch)
+        input_ids = torch.full((len(batch), t_max), pad, dtype=torch.long)  # (B, T) right-padded
+        attention = torch.zeros((len(batch), t_max), dtype=torch.long)
+        for b, s in enumerate(batch):
+            input_ids[b, : len(s)] = torch.tensor(s)
+            attention[b, : len(s)] = 1
+        labels = input_ids.masked_fill(attention == 0, -100)
+        out_ = model(input_ids=input_ids, attention_mask=attention, labels=labels)
+        optimizer.zero_grad(set_to_none=True)
+        out_.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(out_.loss.detach()))
+        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+    model.eval()
+    target = Path(out) if out is not None else tiny_cache_dir()
+    save_policy_model(model, tokenizer, target)
+    info = {
+        "config": asdict(config),
+        "sequences": len(seqs),
+        "first_loss": float(np.mean(losses[:10])),
+        "final_loss": float(np.mean(losses[-20:])),
+        "seconds": time.perf_counter() - t0,
+        "path": str(target),
+    }
+    (target / "pretrain.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from rlid.models import tiny_cache_dir
+
+    target = Path(args.out) if args.out else tiny_cache_dir()
+    if (target / "pretrain.json").exists() and not args.force and args.out is None:
+        print(f"warm-started tiny model already cached at {target} (use --force to redo)")
+        return 0
+    config = PretrainConfig(
+        envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()),
+        episodes_per_env=args.episodes,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    info = pretrain(config, out=target, progress=not args.quiet)
+    print(
+        f"pretrained on {info['sequences']} random-play sequences in {info['seconds']:.0f}s: "
+        f"loss {info['first_loss']:.2f} -> {info['final_loss']:.2f}; saved to {info['path']}"
+    )
+    return 0
+
+
+def add_pretrain_parser(sub: argparse._SubParsersAction) -> None:
+    d = PretrainConfig()
+    p = sub.add_parser(
+        "pretrain",
+        help="warm-start the tiny model on random-play transcripts (cached)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--envs", default=",".join(d.envs), help="comma-separated env ids to play")
+    p.add_argument("--episodes", type=int, default=d.episodes_per_env, help="episodes per env")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per step")
+    p.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed (play and training)")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads")
+    p.add_argument("--out", help="write here instead of the warm-start cache")
+    p.add_argument("--force", action="store_true", help="pretrain again even if cached")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_pretrain)

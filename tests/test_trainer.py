@@ -1,0 +1,174 @@
+"""End-to-end tests of decision-level PPO training: learning signal, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from menus import Interface
+from rlid import trainer as trainer_mod
+from rlid.cli import main as cli_main
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model
+from rlid.rundir import read_metrics
+
+TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # A private cache: "tiny" is then the fresh initialisation, whatever this machine cached.
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def small_config(**changes) -> TrainConfig:
+    base = dict(
+        env="keydoor",
+        env_options=dict(TINY_ENV),
+        steps=30,
+        groups_per_iter=2,
+        group_size=2,
+        epochs=1,
+        minibatch_size=8,
+        eval_episodes=2,
+        threads=1,
+        interface=Interface(memory="none"),
+    )
+    base.update(changes)
+    return TrainConfig(**base)
+
+
+def params_of(run_dir: Path) -> dict[str, torch.Tensor]:
+    model, _ = load_policy_model(str(run_dir / "checkpoint" / "model"))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def strip_times(rows):
+    out = []
+    for row in rows:
+        row = {k: v for k, v in row.items() if k != "time"}
+        row["budget"] = {k: v for k, v in row["budget"].items() if k != "wall_time"}
+        out.append(row)
+    return out
+
+
+def test_training_changes_parameters_and_writes_the_run_directory(tmp_path):
+    config = small_config()
+    log = trainer_mod.train(config, tmp_path / "run", progress=False)
+    run = Path(log.path)
+    for name in ("config.json", "metrics.jsonl", "eval.json", "curves.png", "summary.md"):
+        assert (run / name).exists(), name
+    assert (run / "checkpoint" / "model" / "model.safetensors").exists()
+    rows = read_metrics(run)
+    assert rows and rows[-1]["budget"]["env_steps"] >= config.steps
+    for row in rows:
+        for key in ("loss", "entropy", "clip_frac", "approx_kl", "label_marginal_kl_uniform"):
+            assert torch.isfinite(torch.tensor(float(row[key]))), key
+    fresh, _ = load_policy_model("tiny")
+    trained = params_of(run)
+    changed = [k for k, v in fresh.state_dict().items() if not torch.equal(v, trained[k])]
+    assert changed, "no parameter changed"
+    saved = json.loads((run / "config.json").read_text())["config"]
+    assert saved["interface"]["memory"] == "none"
+
+
+def test_gae_variant_trains_a_value_head(tmp_path):
+    log = trainer_mod.train(small_config(advantage="gae"), tmp_path / "run", progress=False)
+    rows = read_metrics(Path(log.path))
+    assert "value_loss" in rows[-1]
+    assert (Path(log.path) / "checkpoint" / "value_head.safetensors").exists()
+
+
+def test_killed_run_resumes_to_the_same_parameters_and_metrics(tmp_path, monkeypatch):
+    config = small_config(steps=40)
+    full = trainer_mod.train(config, tmp_path / "full", progress=False)
+
+    real_update = trainer_mod.ppo_update
+    calls = {"n": 0}
+
+    def dying_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # in the middle of the third iteration, after two checkpoints
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.train(config, tmp_path / "killed", progress=False)
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    assert len(read_metrics(tmp_path / "killed")) == 2
+    trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)
+
+    a, b = params_of(Path(full.path)), params_of(tmp_path / "killed")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert strip_times(read_metrics(tmp_path / "full")) == strip_times(
+        read_metrics(tmp_path / "killed")
+    )
+
+
+def test_refuses_to_overwrite_a_run_and_leaves_nothing_on_setup_errors(tmp_path, capsys):
+    out = tmp_path / "bad"
+    code = cli_main(["train", "--env", "keydoor", "-o", "size=99", "--out", str(out)])
+    assert code == 2
+    assert "size" in capsys.readouterr().err
+    assert not out.exists()
+    code = cli_main(["train", "--env", "nope", "--out", str(out)])
+    assert code == 2 and "valid ids" in capsys.readouterr().err
+    code = cli_main(["train", "--model", str(tmp_path / "missing"), "--out", str(out)])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+    assert not out.exists()
+    code = cli_main(["train", "--lr", "-1", "--out", str(out)])
+    assert code == 2 and "lr" in capsys.readouterr().err
+    (out / "x").parent.mkdir(parents=True)
+    (out / "x").write_text("keep me")
+    code = cli_main(["train", "--out", str(out), "--steps", "1"])
+    assert code == 2 and "--resume" in capsys.readouterr().err
+    assert (out / "x").read_text() == "keep me"
+
+
+def test_label_alphabet_too_small_is_caught_before_training(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = cli_main(
+        ["train", "--env", "keydoor", "-o", "size=3", "--labels", "A-C", "--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "label alphabet" in err and "--overflow truncate" in err
+    assert not out.exists()
+
+
+def test_incompatible_checkpoint_is_a_clear_error(tmp_path, capsys):
+    log = trainer_mod.train(small_config(steps=5), tmp_path / "run", progress=False)
+    cfg = Path(log.path) / "config.json"
+    data = json.loads(cfg.read_text())
+    data["config"]["lr"] = 0.5  # a config the checkpoint was not written with
+    cfg.write_text(json.dumps(data))
+    code = cli_main(["train", "--resume", str(log.path)])
+    assert code == 2 and "different config" in capsys.readouterr().err
+
+
+def test_toml_config_and_flags(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        'env = "keydoor"\nsteps = 7\nlr = 0.001\n[env_options]\nsize = 2\n'
+        '[interface]\nmemory = "none"\n'
+    )
+    import argparse
+
+    from rlid.config import add_config_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    args = parser.parse_args(["--config", str(toml), "--lr", "0.01", "-o", "keys=0"])
+    config = config_from_args(args)
+    assert config.steps == 7 and config.lr == 0.01
+    assert config.env_options == {"size": 2, "keys": "0"}
+    assert config.interface.memory == "none"
+    toml.write_text("bogus_key = 3\n")
+    with pytest.raises(ValueError, match="bogus_key"):
+        config_from_args(parser.parse_args(["--config", str(toml)]))
