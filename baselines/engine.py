@@ -1,0 +1,278 @@
+"""Rollout engines: who samples the token plane's completions, and with which log-probs.
+
+An engine is a small object (DESIGN §6, §10)::
+
+    engine.generate(prompt_ids, max_new_tokens, generator, stop_ids)
+        -> (completion_ids, logp_rollout)      # ragged lists, one per prompt
+
+``logp_rollout`` is log μ of each sampled token under the engine's own
+distribution at temperature 1 (as the decision plane stores log π at
+temperature 1); ``temperature`` only changes how tokens are drawn. A completion
+ends with (and includes) its first stop token, or after ``max_new_tokens``.
+Sampling is token by token with a KV cache, left-padded prompts and explicit
+position ids (so a row's numbers do not depend on its padding); everything is
+deterministic given the ``torch.Generator``.
+
+Engines (``ENGINES``):
+
+* ``trainer``   — the trainer's model in float32: μ = π_old, so ρ = π_old/μ ≡ 1
+  and the policy copies ``logp_rollout`` into ``logp_old``.
+* ``perturbed`` — the trainer's model plus a seeded, deterministic logit
+  perturbation ``noise · z``, ``z ~ N(0, 1)^V`` drawn from (seed, position,
+  previous token): a stand-in for another kernel or engine, so μ ≠ π_old on a
+  CPU and TIS / IcePop have something to correct.
+* ``bf16``      — the trainer's model run under bfloat16 autocast (the dtype gap
+  of a production inference engine).
+
+For engines with ``same_as_trainer = False`` the token policy recomputes
+``logp_old`` with a teacher-forced float32 trainer forward, as a system with a
+separate inference engine must (:func:`completion_logprobs`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from rlid.policy import left_pad
+
+Ragged = list[list[int]]
+
+
+class RolloutEngine(Protocol):
+    """What the token policy needs from a sampler."""
+
+    name: str
+    same_as_trainer: bool
+    """True when ``logp_rollout`` *is* the trainer's log π_old (no recompute needed)."""
+
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop_ids: Sequence[int],
+        *,
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> tuple[Ragged, list[list[float]]]: ...
+
+
+# --------------------------------------------------------------------------- forwards
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """transformers >= 5 calls the KV cache ``cache``; earlier versions ``past_key_values``."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _returned_cache(output: Any) -> Any:
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that ignore left padding: (B, T) mask -> (B, T), pads at 0."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    *,
+    return_hidden: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Teacher-forced log-probs of each completion token after its prompt (one forward).
+
+    Sequences are ``prompt + completion``, left-padded, so completions are
+    **right-aligned**: row b's tokens sit in the last ``len(completion_ids[b])``
+    columns.
+
+    Returns:
+        logp (B, C) log π(token | prefix), 0 where ``mask`` is False;
+        mask (B, C) bool, True on completion tokens;
+        hidden (B, d) last-layer hidden state at each prompt's last token
+        (``return_hidden=True``), else None.
+    """
+    lengths = [len(c) for c in completion_ids]
+    if min(lengths, default=0) < 1 or any(len(p) < 1 for p in prompt_ids):
+        raise ValueError("every prompt and every completion needs at least one token")
+    width = max(lengths)
+    input_ids, attention_mask = left_pad(
+        [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)], pad_id
+    )
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=width + 1,
+        output_hidden_states=return_hidden,
+    )
+    logits = out.logits[:, -(width + 1) : -1].float()  # (B, C, V): predicts the last C tokens
+    targets = input_ids[:, -width:]  # (B, C)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    cols = torch.arange(width)
+    mask = cols[None, :] >= (width - torch.tensor(lengths))[:, None]  # (B, C)
+    logp = torch.where(mask, logp, 0.0)
+    hidden = None
+    if return_hidden:
+        last_prompt = input_ids.shape[1] - 1 - torch.tensor(lengths)  # (B,)
+        states = out.hidden_states[-1]  # (B, T, d)
+        hidden = states[torch.arange(len(lengths)), last_prompt]
+    return logp, mask, hidden
+
+
+# --------------------------------------------------------------------------- engines
+class TrainerEngine:
+    """Samples from the trainer's own model: μ = π_old (ρ ≡ 1)."""
+
+    name = "trainer"
+    same_as_trainer = True
+
+    def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self._cache_kw = _cache_kwarg(model)
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def adjust_logits(
+        self, logits: torch.Tensor, positions: torch.Tensor, previous: torch.Tensor
+    ) -> torch.Tensor:
+        """Hook: the engine's logits (B, V) for the next token at ``positions`` (B,)."""
+        return logits
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop_ids: Sequence[int],
+        *,
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> tuple[Ragged, list[list[float]]]:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        batch = len(prompt_ids)
+        input_ids, attention_mask = left_pad([list(p) for p in prompt_ids], self.pad_id)
+        step_ids = input_ids  # (B, T) first, then (B, 1)
+        step_positions = positions_from_mask(attention_mask)
+        positions = step_positions[:, -1] + 1  # (B,) position of the next token
+        previous = input_ids[:, -1]  # (B,)
+        stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+        completions: Ragged = [[] for _ in range(batch)]
+        logps: list[list[float]] = [[] for _ in range(batch)]
+        done = torch.zeros(batch, dtype=torch.bool)
+        cache = None
+        for _ in range(max_new_tokens):
+            with self.autocast():
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=attention_mask,
+                    position_ids=step_positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kw: cache},
+                )
+            cache = _returned_cache(out)
+            logits = self.adjust_logits(out.logits[:, -1].float(), positions, previous)  # (B, V)
+            logp = torch.log_softmax(logits, dim=-1)
+            if greedy:
+                token = logp.argmax(dim=-1)
+            else:
+                probs = torch.softmax(logp / temperature, dim=-1)
+                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
+            for b in torch.nonzero(~done).flatten().tolist():
+                completions[b].append(int(token[b]))
+                logps[b].append(float(token_logp[b]))
+            done |= torch.isin(token, stop)
+            if bool(done.all()):
+                break
+            # finished rows keep decoding padding; their outputs are never read
+            token = torch.where(done, self.pad_id, token)
+            step_ids = token[:, None]
+            step_positions = positions[:, None]
+            attention_mask = torch.cat([attention_mask, torch.ones(batch, 1, dtype=torch.long)], 1)
+            positions = positions + 1
+            previous = token
+        return completions, logps
+
+
+class PerturbedEngine(TrainerEngine):
+    """The trainer's model with a seeded deterministic logit perturbation (μ ≠ π_old).
+
+    The noise added to the logits of the token at position p after token t is
+    ``noise · z(seed, p, t)``, ``z`` standard normal over the vocabulary: it
+    depends on the context only, never on the batch or the sampling generator,
+    so the same completion always has the same ``logp_rollout``.
+    """
+
+    name = "perturbed"
+    same_as_trainer = False
+
+    def __init__(self, model: torch.nn.Module, pad_id: int, *, noise: float, seed: int) -> None:
+        super().__init__(model, pad_id)
+        if noise < 0:
+            raise ValueError(f"engine noise must be >= 0, got {noise}")
+        self.noise = noise
+        self.seed = seed
+
+    def adjust_logits(
+        self, logits: torch.Tensor, positions: torch.Tensor, previous: torch.Tensor
+    ) -> torch.Tensor:
+        vocab = logits.shape[-1]
+        rows = [
+            np.random.default_rng([self.seed, int(p), int(t)]).standard_normal(vocab)
+            for p, t in zip(positions, previous)
+        ]
+        z = torch.from_numpy(np.stack(rows)).to(logits.dtype)  # (B, V)
+        return logits + self.noise * z
+
+
+class Bf16Engine(TrainerEngine):
+    """The trainer's model under bfloat16 autocast: the precision gap of an inference engine."""
+
+    name = "bf16"
+    same_as_trainer = False
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+
+
+ENGINES: dict[str, Callable[..., RolloutEngine]] = {
+    "trainer": lambda model, pad_id, *, noise, seed: TrainerEngine(model, pad_id),
+    "perturbed": PerturbedEngine,
+    "bf16": lambda model, pad_id, *, noise, seed: Bf16Engine(model, pad_id),
+}
+
+
+def make_engine(
+    name: str, model: torch.nn.Module, pad_id: int, *, noise: float = 0.0, seed: int = 0
+) -> RolloutEngine:
+    """The engine called ``name`` around the trainer's ``model``."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown rollout engine {name!r}; valid: {', '.join(map(repr, ENGINES))}")
+    return ENGINES[name](model, pad_id, noise=noise, seed=seed)
+
+
+def stop_token_ids(tokenizer: Any, stop_text: str = "\n") -> list[int]:
+    """EOS and every token whose text contains ``stop_text`` (byte-level BPE merges newlines)."""
+    ids = {i for i in range(len(tokenizer)) if stop_text in tokenizer.decode([i])}
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ValueError(f"the tokenizer has no token containing {stop_text!r} and no EOS")
+    return sorted(ids)

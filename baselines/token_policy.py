@@ -1,0 +1,155 @@
+"""The token-plane policy: write a command as free text, parse it, act.
+
+For each env the prompt is rendered from the same :class:`menus.Interface` as the
+decision plane (observation, objective, memory; the legal list and afterstates
+when the interface shows them to the token plane, ``menus.render_token_prompt``).
+A rollout engine (``baselines.engine``) samples the completion token by token
+until a newline / EOS or ``max_new_tokens``; the text is mapped to a legal action
+by the rule in ``baselines.parse``. A command that does not parse is sent to the
+env verbatim: a no-op step with ``info["invalid_action"]``.
+
+Each call returns one :class:`Generation` per env with the token ids and the two
+rollout-time log-probs the update needs (DESIGN §6):
+
+* ``logp_rollout`` — log μ per completion token, from the engine;
+* ``logp_old``     — log π_old per completion token, the trainer model at rollout
+  time. For the ``trainer`` engine it is the same number, copied; for any other
+  engine it is recomputed with one teacher-forced float32 trainer forward per
+  batch (counted in the budget), as with a separate inference engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from baselines.engine import RolloutEngine, TrainerEngine, completion_logprobs, stop_token_ids
+from baselines.parse import parse_action
+from menus import COMMAND_END, Interface, parse_command, render_token_prompt
+from rlid.budget import Budget, Timers
+
+
+@dataclass
+class Generation:
+    """One token-plane decision, as stored for the update."""
+
+    action: str  # sent to the env: the legal action parsed, or the raw command
+    text: str  # the decoded completion, stop token excluded
+    valid: bool  # the text parsed to exactly one legal action
+    prompt_ids: list[int]
+    completion_ids: list[int]  # generated tokens, the stop token included when reached
+    logp_rollout: list[float]  # log μ per completion token (rollout engine)
+    logp_old: list[float]  # log π_old per completion token (trainer at rollout time)
+    stopped: bool  # ended on a stop token (False: cut at max_new_tokens)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. "logp_ref" (trainer)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.completion_ids)
+
+
+class TokenPolicy:
+    """Free-text command policy over a batch of envs (one engine call per step).
+
+    Args:
+        model, tokenizer: the trainer's causal LM and its tokenizer.
+        interface: what the policy sees (the same spec as the decision plane).
+        max_new_tokens: longest completion, stop token included.
+        engine: the sampler; default the trainer engine (μ = π_old).
+        budget, timers: where generated samples / tokens and time are counted.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        interface: Interface,
+        *,
+        max_new_tokens: int = 8,
+        engine: RolloutEngine | None = None,
+        budget: Budget | None = None,
+        timers: Timers | None = None,
+    ) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.interface = interface
+        self.max_new_tokens = max_new_tokens
+        self.pad_id = tokenizer.pad_token_id
+        self.engine = engine if engine is not None else TrainerEngine(model, self.pad_id)
+        self.budget = budget if budget is not None else Budget()
+        self.timers = timers if timers is not None else Timers()
+        self.stop_ids = stop_token_ids(tokenizer, COMMAND_END)
+
+    def prompt_ids(
+        self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
+    ) -> list[list[int]]:
+        prompts = [
+            render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
+            for o, i, m in zip(observations, infos, memory_texts)
+        ]
+        return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+
+    def act(
+        self,
+        observations: list[str],
+        infos: list[dict[str, Any]],
+        memory_texts: list[str | None],
+        *,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+        greedy: bool = False,
+        temperature: float = 1.0,
+    ) -> list[Generation]:
+        """One generated command per env."""
+        del rng  # the token plane has no menu to shuffle
+        with self.timers.time("menu"):
+            prompt_ids = self.prompt_ids(observations, infos, memory_texts)
+        with self.timers.time("generate"):
+            completion_ids, logp_rollout = self.engine.generate(
+                prompt_ids, self.max_new_tokens, generator, self.stop_ids,
+                temperature=temperature, greedy=greedy,
+            )  # fmt: skip
+        if self.engine.same_as_trainer:
+            logp_old = [list(row) for row in logp_rollout]
+        else:
+            with self.timers.time("forward"), torch.no_grad():
+                logp, mask, _ = completion_logprobs(
+                    self.model, prompt_ids, completion_ids, self.pad_id
+                )
+            logp_old = [logp[b][mask[b]].tolist() for b in range(len(prompt_ids))]
+            self.budget.forward_passes += 1
+            self.budget.tokens_processed += sum(map(len, prompt_ids)) + sum(
+                map(len, completion_ids)
+            )
+        stop = set(self.stop_ids)
+        records = []
+        for b, info in enumerate(infos):
+            ids = completion_ids[b]
+            stopped = ids[-1] in stop
+            text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=True)
+            action = parse_action(text, info["legal_actions"])
+            records.append(
+                Generation(
+                    action=parse_command(text) if action is None else action,
+                    text=text,
+                    valid=action is not None,
+                    prompt_ids=prompt_ids[b],
+                    completion_ids=ids,
+                    logp_rollout=logp_rollout[b],
+                    logp_old=logp_old[b],
+                    stopped=stopped,
+                )
+            )
+        generated = sum(map(len, completion_ids))
+        self.budget.decisions += len(records)
+        self.budget.generated_samples += len(records)
+        self.budget.generated_tokens += generated
+        # KV-cached decoding: one batched forward per generated position
+        self.budget.forward_passes += max(map(len, completion_ids))
+        self.budget.tokens_processed += sum(map(len, prompt_ids)) + generated
+        return records
