@@ -116,6 +116,7 @@ class _LoadedGame:
     tw_env: Any
     game: Any
     inform7: Any
+    tracker: Any  # TextWorld's StateTracking layer: owner of the live logic state
     model: AfterstateModel
     walkthrough: list[str] | None
 
@@ -229,7 +230,7 @@ class TextWorldEnv(TextGameEnv):
         self._valid_actions = self._state["_valid_actions"]
         self._commands = self._current.inform7.gen_commands_from_actions(self._valid_actions)
         if self.use_afterstates:
-            self._facts = frozenset(self._state["_game_progression"].state.facts)
+            self._facts = self.logic_facts()
             model = self._current.model
             model.reset(self._facts) if reset else model.observe(self._facts)
 
@@ -259,9 +260,16 @@ class TextWorldEnv(TextGameEnv):
         """The ``textworld.Game`` being played (``None`` before the first reset)."""
         return self._current.game if self._current else None
 
+    @property
+    def afterstate_model(self) -> AfterstateModel:
+        """The current game's afterstate predictor (quest state included)."""
+        if self._current is None:
+            raise RuntimeError("no game loaded; call reset() first")
+        return self._current.model
+
     def logic_facts(self) -> frozenset:
         """The live logic state's facts (``textworld.logic.Proposition`` s)."""
-        return frozenset(self._state["_game_progression"].state.facts)
+        return frozenset(self._current.tracker._game_progression.state.facts)
 
     def logic_actions(self, command: str) -> list[Any]:
         """The logic actions behind a legal command (preferred first)."""
@@ -278,7 +286,7 @@ class TextWorldEnv(TextGameEnv):
             raise RuntimeError("snapshot() needs a running episode; call reset() first")
         tw_env = self._current.tw_env
         layers = [(layer, dict(vars(layer))) for layer in _layers(tw_env)]
-        tracker = _tracker(tw_env)
+        tracker = self._current.tracker
         fields = {name: copy.copy(value) for name, value in vars(self).items() if name in _FIELDS}
         fields["quests"] = copy.deepcopy(
             (self._current.model.quests.completions, self._current.model.quests.failed)
@@ -300,7 +308,7 @@ class TextWorldEnv(TextGameEnv):
         for layer, saved in snapshot.layers:
             vars(layer).clear()
             vars(layer).update(saved)
-        _tracker(tw_env)._game_progression = _copy_progression(snapshot.progression)
+        self._current.tracker._game_progression = _copy_progression(snapshot.progression)
         fields = dict(snapshot.fields)
         completions, failed = fields.pop("quests")
         for name, value in fields.items():
@@ -330,14 +338,17 @@ def _start(path: Path) -> _LoadedGame:
     # last_action switches TextWorld's state tracking on without the per-step cost of
     # the admissible-command list (computed here) or of winning-policy search.
     infos = textworld.EnvInfos(last_action=True, score=True, won=True, lost=True)
-    tw_env = textworld.start(str(path), request_infos=infos)
+    with tw_cache.quiet_jericho():
+        tw_env = textworld.start(str(path), request_infos=infos)
     tw_env.seed(JERICHO_SEED)
-    game = _tracker(tw_env)._game
+    tracker = _tracker(tw_env)
+    game = tracker._game
     return _LoadedGame(
         path=path,
         tw_env=tw_env,
         game=game,
         inform7=Inform7Game(game),
+        tracker=tracker,
         model=AfterstateModel(game),
         walkthrough=game.walkthrough,
     )

@@ -35,7 +35,12 @@ HIDDEN_PREDICATES = frozenset(
     | {"base", "out"}
     | {f"ingredient_{i}" for i in range(1, 6)}
 )
-HIDDEN_TYPES = frozenset({"RECIPE", "ingredient"})
+# Recipe bookkeeping, and the interchangeable inventory slots of cooking games with
+# limited capacity (``drop``): never described either.
+HIDDEN_TYPES = frozenset({"RECIPE", "ingredient", "slot"})
+COOKING_TYPES = ("fried", "roasted", "grilled")  # otherwise "raw"
+CUTTING_TYPES = ("sliced", "chopped", "diced")  # otherwise "uncut"
+RECIPE_NOT_READY = "the ingredients are not yet prepared as the recipe says"
 ADJECTIVE_WORDS = {"consumed": "eaten", "needs_cooking": "in need of cooking", "used": "used up"}
 NOTHING_CHANGES = "nothing changes"
 
@@ -46,6 +51,7 @@ class FactDelta:
 
     added: frozenset
     removed: frozenset
+    refusal: str = ""  # why the game will refuse an applicable logic action, if it will
 
     @property
     def empty(self) -> bool:
@@ -131,6 +137,40 @@ class QuestTracker:
         return Outcome(points=points, won=won, lost=lost)
 
 
+class RecipeCheck:
+    """The cooking games' "prepare meal" precondition that the logic rule leaves out.
+
+    The ``make/recipe/N`` rules only ask for the ingredients to be carried; the
+    compiled game also refuses unless each ingredient's type of cooking (raw, fried,
+    roasted, grilled) and of cutting (uncut, sliced, chopped, diced) matches the
+    recipe. The recipe is static, so it is read once from the initial facts.
+    """
+
+    def __init__(self, initial_facts: Iterable[Any]) -> None:
+        from textworld.logic import Proposition
+
+        facts = list(initial_facts)
+        props = {(f.name, f.arguments[0].name) for f in facts if len(f.arguments) == 1}
+        self.requirements: list[tuple[tuple[Any, ...], str, tuple[Any, ...], str]] = []
+        for fact in facts:
+            if fact.name != "base":
+                continue
+            food, ingredient = fact.arguments
+            cook = next((t for t in COOKING_TYPES if (t, ingredient.name) in props), "raw")
+            cut = next((t for t in CUTTING_TYPES if (t, ingredient.name) in props), "uncut")
+            cook_props = tuple(Proposition(t, [food]) for t in COOKING_TYPES)
+            cut_props = tuple(Proposition(t, [food]) for t in CUTTING_TYPES)
+            self.requirements.append((cook_props, cook, cut_props, cut))
+
+    def ready(self, facts: frozenset | set) -> bool:
+        for cook_props, cook, cut_props, cut in self.requirements:
+            food_cook = next((p.name for p in cook_props if p in facts), "raw")
+            food_cut = next((p.name for p in cut_props if p in facts), "uncut")
+            if (food_cook, food_cut) != (cook, cut):
+                return False
+        return True
+
+
 class FactDescriber:
     """Renders a :class:`FactDelta` as one short English clause, using entity names."""
 
@@ -151,6 +191,8 @@ class FactDescriber:
         return text
 
     def _describe(self, delta: FactDelta) -> str:
+        if delta.refusal:
+            return f"{NOTHING_CHANGES} ({delta.refusal})"
         if delta.empty:
             return NOTHING_CHANGES
         added = _visible(delta.added)
@@ -231,6 +273,7 @@ class AfterstateModel:
     def __init__(self, game: Any) -> None:
         names = {var_id: info.name for var_id, info in game.infos.items() if info.name}
         self.describer = FactDescriber(names)
+        self._recipe = RecipeCheck(game.world.state.facts)
         self.quests = QuestTracker(game.quests)
         self._quest_source = game.quests
 
@@ -245,7 +288,10 @@ class AfterstateModel:
         """Distinct fact deltas of a command's logic actions (preferred action first)."""
         deltas: list[FactDelta] = []
         for action in actions:
-            delta = fact_delta(facts, action)
+            if action.name.startswith("make/recipe/") and not self._recipe.ready(facts):
+                delta = FactDelta(frozenset(), frozenset(), RECIPE_NOT_READY)
+            else:
+                delta = fact_delta(facts, action)
             if delta not in deltas:
                 deltas.append(delta)
         return deltas

@@ -25,12 +25,14 @@ Generation runs in-process through ``textworld.challenges`` / ``textworld.genera
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -178,19 +180,21 @@ def generate_game(challenge: str, settings: Mapping[str, Any], seed: int, path: 
     options.path = str(path)
     options.file_ext = ".z8"
     options.force_recompile = True
-    try:
-        if challenge == "custom":
-            _apply_custom_settings(options, settings)
-            game = make_game(options)
-        else:
-            _, make, _ = textworld.challenges.CHALLENGES[challenge]
-            game = make(settings=dict(settings), options=options)
-    except QuestGenerationError as exc:
-        raise ValueError(
-            f"TextWorld cannot generate a {challenge} quest with settings {dict(settings)} "
-            f"and seed {seed}; relax quest_length / world_size / nb_objects"
-        ) from exc
-    compile_game(game, options)
+    # The challenges' set_walkthrough() plays the game once through Jericho.
+    with quiet_jericho():
+        try:
+            if challenge == "custom":
+                _apply_custom_settings(options, settings)
+                game = make_game(options)
+            else:
+                _, make, _ = textworld.challenges.CHALLENGES[challenge]
+                game = make(settings=dict(settings), options=options)
+        except QuestGenerationError as exc:
+            raise ValueError(
+                f"TextWorld cannot generate a {challenge} quest with settings {dict(settings)} "
+                f"and seed {seed}; relax quest_length / world_size / nb_objects"
+            ) from exc
+        compile_game(game, options)
 
 
 def _apply_custom_settings(options: Any, settings: Mapping[str, Any]) -> None:
@@ -203,6 +207,17 @@ def _apply_custom_settings(options: Any, settings: Mapping[str, Any]) -> None:
     options.grammar.include_adj = settings["include_adj"]
     options.grammar.blend_descriptions = settings["blend_descriptions"]
     options.grammar.allowed_variables_numbering = True  # distinct names for many objects
+
+
+@contextlib.contextmanager
+def quiet_jericho() -> Iterator[None]:
+    """Silence Jericho's "game not fully supported" warning: TextWorld games never are
+    in its list, and its own score/move detection is not used."""
+    import jericho
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", jericho.UnsupportedGameWarning)
+        yield
 
 
 def _sha256(path: Path) -> str:
