@@ -1,0 +1,212 @@
+"""Action-scoring policies (TWOSOME-style): π(a|s) from each legal action's likelihood.
+
+Source: Tan et al. 2024, "True Knowledge Comes from Practice: Aligning LLMs with
+Embodied Environments via Reinforcement Learning" (TWOSOME, arXiv:2401.14151).
+For each legal action ``a`` the completion ``prefix + a + "\\n"``
+(``menus.command_completion``: exactly what the token plane would write) is
+scored after the token-plane prompt; its log-likelihood is normalised
+
+* ``sum``   — Σ_t log π(y_t | s, y_<t) (the plain sequence likelihood);
+* ``token`` — the sum divided by the completion's token count;
+* ``word``  — the sum divided by the action's word count (TWOSOME's word
+  normalisation, against the penalty on long actions);
+
+and π(a|s) = softmax over the legal actions of the normalised scores. Departures:
+the completion includes the end-of-command newline (it tells ``take key`` from a
+prefix of ``take key from box``), and token normalisation counts those tokens too.
+
+A decision costs K sequences (one per legal action) instead of one; they are
+batched across decisions into a single forward, and ``tokens_processed`` counts
+all of them, so the K-fold price is visible in the budget (DESIGN §8).
+
+:class:`ScoringPolicy` has the interface of :class:`rlid.policy.DecisionPolicy`
+(``act`` -> :class:`rlid.policy.Decision`, ``score``, ``max_menu_size``,
+``value_head``), so decision-level PPO trains it unchanged::
+
+    train(config, out, make_policy=partial(ScoringPolicy, norm="token"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from baselines.engine import completion_logprobs
+from menus import Interface, command_completion, command_context, compile_menu
+from menus.prompt import render_token_prompt
+from rlid.budget import Budget, Timers
+from rlid.policy import Decision, ValueHead, sample_rows
+
+Norm = Literal["sum", "token", "word"]
+
+# (sum of token log-probs (N,), completion token counts (N,), action word counts (N,)) -> (N,)
+NORMS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "sum": lambda total, tokens, words: total,
+    "token": lambda total, tokens, words: total / tokens,
+    "word": lambda total, tokens, words: total / words,
+}
+
+UNLIMITED_MENU = 10**9
+"""Scoring needs no labels, so a menu of any size fits."""
+
+
+def word_count(action: str) -> int:
+    return max(len(action.split()), 1)
+
+
+class ScoringPolicy:
+    """π(a|s) = softmax_a normalised log-likelihood of the action's text after the prompt.
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer.
+        interface: what the policy sees; the prompt is the token plane's
+            (``render_token_prompt``).
+        norm: ``"sum"``, ``"token"`` or ``"word"`` (see the module docstring).
+        value_head: optional V(s) on the hidden state of the prompt's last token.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        interface: Interface,
+        *,
+        norm: Norm = "token",
+        value_head: ValueHead | None = None,
+        budget: Budget | None = None,
+        timers: Timers | None = None,
+    ) -> None:
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; valid: {', '.join(map(repr, NORMS))}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.interface = interface
+        self.norm = norm
+        self.value_head = value_head
+        self.budget = budget if budget is not None else Budget()
+        self.timers = timers if timers is not None else Timers()
+        self.pad_id = tokenizer.pad_token_id
+        self.command_prefix = command_context(interface, tokenizer)[1]
+
+    @property
+    def max_menu_size(self) -> int:
+        return UNLIMITED_MENU
+
+    # ------------------------------------------------------------------ acting
+    def completion_ids(self, action: str) -> list[int]:
+        """Token ids of what the token plane writes for ``action`` (``" go east\\n"``)."""
+        text = command_completion(action, self.command_prefix)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def act(
+        self,
+        observations: list[str],
+        infos: list[dict[str, Any]],
+        memory_texts: list[str | None],
+        *,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+        greedy: bool = False,
+        temperature: float = 1.0,
+    ) -> list[Decision]:
+        """One decision per env, all legal actions of all envs scored in one forward."""
+        del rng  # rows are scored independently: no order to shuffle
+        with self.timers.time("menu"):
+            prompts = [
+                render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
+                for o, i, m in zip(observations, infos, memory_texts)
+            ]
+            prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+            actions = [list(info["legal_actions"]) for info in infos]
+            completions = [[self.completion_ids(a) for a in legal] for legal in actions]
+            menus = [
+                compile_menu(
+                    legal,
+                    info.get("afterstates"),
+                    memory,
+                    labels=[str(k + 1) for k in range(len(legal))],
+                )
+                for legal, info, memory in zip(actions, infos, memory_texts)
+            ]
+        with self.timers.time("forward"), torch.no_grad():
+            logp, _, hidden = self.score_ids(prompt_ids, completions, actions)
+            chosen = sample_rows(logp, generator=generator, temperature=temperature, greedy=greedy)
+            values = (
+                self.value_head(hidden) if self.value_head is not None else torch.zeros(len(infos))
+            )
+            probs = logp.exp()
+            entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
+        decisions = []
+        for b, legal in enumerate(actions):
+            c = int(chosen[b])
+            decisions.append(
+                Decision(
+                    action=legal[c],
+                    chosen=c,
+                    logp=float(logp[b, c]),
+                    entropy=float(entropy[b]),
+                    label_mass=1.0,
+                    value=float(values[b]),
+                    prompt_ids=prompt_ids[b],
+                    # no labels here: each row's first completion token, so num_rows = K
+                    label_ids=[ids[0] for ids in completions[b]],
+                    menu=menus[b],
+                    extra={"completion_ids": completions[b], "actions": legal},
+                )
+            )
+        self.budget.decisions += len(decisions)
+        return decisions
+
+    # --------------------------------------------------------------- re-scoring
+    def score_ids(
+        self,
+        prompt_ids: list[list[int]],
+        completions: list[list[list[int]]],
+        actions: list[list[str]],
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """logp_all (B, K_max) with -inf padding, label_mass (B,) = 1, hidden (B, d).
+
+        ``completions[b][k]`` are the token ids of action ``actions[b][k]``.
+        ``hidden`` is the prompt's last-token state with a value head, else zeros.
+        """
+        rows = [(b, k) for b, comps in enumerate(completions) for k in range(len(comps))]
+        flat_prompts = [prompt_ids[b] for b, _ in rows]
+        flat_completions = [completions[b][k] for b, k in rows]
+        token_logp, mask, hidden_rows = completion_logprobs(
+            self.model, flat_prompts, flat_completions, self.pad_id,
+            return_hidden=self.value_head is not None,
+        )  # fmt: skip
+        total = token_logp.sum(-1)  # (N,)
+        tokens = mask.sum(-1).to(total.dtype)
+        words = torch.tensor([word_count(actions[b][k]) for b, k in rows], dtype=total.dtype)
+        scores = NORMS[self.norm](total, tokens, words)  # (N,)
+
+        batch, width = len(completions), max(len(c) for c in completions)
+        index = torch.tensor([b * width + k for b, k in rows])
+        flat = torch.full((batch * width,), float("-inf"), dtype=scores.dtype)
+        logits = flat.index_put((index,), scores).view(batch, width)  # (B, K_max)
+        logp_all = torch.log_softmax(logits, dim=-1)
+
+        if hidden_rows is None:
+            hidden = torch.zeros(batch, self.model.config.hidden_size)
+        else:
+            counts = torch.tensor([len(c) for c in completions])
+            first_row = torch.cumsum(counts, 0) - counts  # each decision's row k = 0
+            hidden = hidden_rows[first_row]  # (B, d): every row of a decision shares its prompt
+        self.budget.forward_passes += 1
+        self.budget.tokens_processed += sum(
+            len(p) + len(c) for p, c in zip(flat_prompts, flat_completions)
+        )
+        return logp_all, torch.ones(batch), hidden
+
+    def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:
+        """Re-score stored decisions with gradients (same outputs as :meth:`score_ids`)."""
+        return self.score_ids(
+            [d.prompt_ids for d in decisions],
+            [d.extra["completion_ids"] for d in decisions],
+            [d.extra["actions"] for d in decisions],
+        )

@@ -1,0 +1,135 @@
+"""Action-scoring (TWOSOME-style) policy: π(a|s) against a hand reference, and PPO on it."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from baselines.scoring import ScoringPolicy
+from menus import Interface, command_completion, render_token_prompt
+from rlid.budget import Budget
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model
+from rlid.policy import ValueHead
+from rlid.trainer import train
+
+INTERFACE = Interface(memory="none")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return load_policy_model("tiny", warm=False)
+
+
+def _states():
+    """Two different states with menus of different sizes (padding is exercised)."""
+    obs_a, info_a = envs.make("keydoor", size=3, keys=1, distractors=2).reset(seed=0)
+    obs_b, info_b = envs.make("keydoor", size=2, keys=0, distractors=0).reset(seed=0)
+    assert len(info_a["legal_actions"]) != len(info_b["legal_actions"])
+    return [obs_a, obs_b], [info_a, info_b]
+
+
+def _reference_logp(model, tokenizer, obs, info, norm):
+    """Each action scored alone: one un-batched, unpadded forward per action."""
+    prompt = tokenizer.encode(
+        render_token_prompt(obs, info, INTERFACE, tokenizer), add_special_tokens=False
+    )
+    scores = []
+    for action in info["legal_actions"]:
+        completion = tokenizer.encode(command_completion(action), add_special_tokens=False)
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].double()
+        logp = torch.log_softmax(logits, -1)
+        total = sum(
+            float(logp[len(prompt) + j - 1, tok]) for j, tok in enumerate(completion)
+        )  # log π(y_j | prompt, y_<j)
+        divisor = {"sum": 1, "token": len(completion), "word": len(action.split())}[norm]
+        scores.append(total / divisor)
+    return torch.log_softmax(torch.tensor(scores), 0).numpy()
+
+
+@pytest.mark.parametrize("norm", ["sum", "token", "word"])
+def test_policy_matches_unbatched_reference(tiny, norm):
+    model, tokenizer = tiny
+    budget = Budget()
+    policy = ScoringPolicy(model, tokenizer, INTERFACE, norm=norm, budget=budget)
+    observations, infos = _states()
+    decisions = policy.act(
+        observations, infos, [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    logp_all, label_mass, hidden = policy.score(decisions)
+    for b, (obs, info) in enumerate(zip(observations, infos)):
+        k = len(info["legal_actions"])
+        reference = _reference_logp(model, tokenizer, obs, info, norm)
+        np.testing.assert_allclose(logp_all[b, :k].detach().numpy(), reference, atol=1e-5)
+        assert torch.isinf(logp_all[b, k:]).all()
+        d = decisions[b]
+        assert d.action == info["legal_actions"][d.chosen]
+        assert d.num_rows == k
+        assert d.logp == pytest.approx(reference[d.chosen], abs=1e-5)
+    assert torch.equal(label_mass, torch.ones(2))
+    assert hidden.shape == (2, model.config.hidden_size)
+    sequences = sum(len(i["legal_actions"]) for i in infos)
+    assert budget.decisions == 2 and budget.forward_passes == 2  # act + score
+    assert budget.tokens_processed > sequences * 10  # every action's sequence is counted
+
+
+def test_value_head_reads_the_last_prompt_token(tiny):
+    model, tokenizer = tiny
+    head = ValueHead(model.config.hidden_size)
+    policy = ScoringPolicy(model, tokenizer, INTERFACE, value_head=head)
+    observations, infos = _states()
+    decisions = policy.act(
+        observations, infos, [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    _, _, hidden = policy.score(decisions)
+    prompt = torch.tensor([decisions[1].prompt_ids])
+    with torch.no_grad():
+        alone = model(input_ids=prompt, output_hidden_states=True).hidden_states[-1][0, -1]
+    torch.testing.assert_close(hidden[1].detach(), alone, atol=1e-5, rtol=1e-5)
+
+
+def test_scores_carry_gradients_and_unknown_norm_fails(tiny):
+    model, tokenizer = tiny
+    policy = ScoringPolicy(model, tokenizer, INTERFACE, norm="word")
+    observations, infos = _states()
+    decisions = policy.act(
+        observations, infos, [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    logp_all, _, _ = policy.score(decisions)
+    logp_all[0, decisions[0].chosen].backward()
+    assert model.model.embed_tokens.weight.grad is not None
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ValueError, match="'sum', 'token', 'word'"):
+        ScoringPolicy(model, tokenizer, INTERFACE, norm="mean")
+
+
+def test_scoring_plane_trains_through_decision_ppo(tmp_path):
+    config = TrainConfig(
+        plane="scoring", norm="token", env="keydoor",
+        env_options={"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3},
+        steps=8, groups_per_iter=2, group_size=2, epochs=1, minibatch_size=8,
+        eval_episodes=1, threads=1, interface=INTERFACE,
+    )  # fmt: skip
+    before, _ = load_policy_model("tiny")
+    log = train(
+        config, tmp_path / "run", make_policy=partial(ScoringPolicy, norm="token"), progress=False
+    )
+    after, _ = load_policy_model(str(log.checkpoint_model_dir()))
+    changed = any(not torch.equal(p, q) for p, q in zip(before.parameters(), after.parameters()))
+    assert changed
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert rows and all(np.isfinite(v) for v in rows[-1].values() if isinstance(v, float))
+    assert rows[-1]["label_mass"] == pytest.approx(1.0)
