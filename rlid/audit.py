@@ -39,17 +39,14 @@ from menus import Interface
 from menus.prompt import command_context, render_token_prompt
 from rlid.audit_exact import (
     WordingSet,
-    decompose,
     float64_copy,
-    noisy_atoms,
-    plain_atoms,
     score_mean_rel,
     select_parameters,
     text_scores,
-    wording_bonus_atoms,
 )
 from rlid.audit_label import label_policy_control
 from rlid.audit_mc import DEFAULT_SIZES, estimator_grams, monte_carlo
+from rlid.audit_moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
 from rlid.audit_report import format_report, verdicts, write_plot
 from rlid.audit_states import BUILTIN_STATES, DEFAULT_STATE, AuditState
 from rlid.paraphrases import paraphrases
@@ -69,29 +66,39 @@ class AuditConfig:
 
     model: str = _opt("tiny", "policy model: 'tiny' (embedded) or a local HF model directory")
     state: str = _opt(
-        DEFAULT_STATE, f"built-in state, one of {sorted(BUILTIN_STATES)}", choices=BUILTIN_STATES
+        DEFAULT_STATE,
+        "built-in text-game state (goal, observation, actions, advantages)",
+        choices=BUILTIN_STATES,
     )
     goal: str | None = _opt(None, "replace the state's goal line")
     observation: str | None = _opt(None, "replace the state's observation line")
     actions: tuple[str, ...] = _opt(
-        (), "audit these actions (built-in paraphrase sets) instead of the state's", nargs="+"
+        (),
+        "audit these actions (built-in paraphrase sets) instead of the state's",
+        nargs="+",
+        metavar="ACTION",
     )
     wordings: str | None = _opt(
         None,
         'JSON file {"action": ["wording", ...], ...}: the actions and their wordings '
         "(the first wording of each action is its canonical one); overrides --actions",
+        metavar="FILE",
     )
     advantages: tuple[str, ...] = _opt(
         (),
         "A(a) as ACTION=VALUE pairs, e.g. 'take brass key=1.0'; unnamed actions keep their "
         "defaults (the state's table, or 1.0 for the first and 0.0 for the other custom actions)",
         nargs="+",
+        metavar="ACTION=VALUE",
     )
     params: tuple[str, ...] = _opt(
-        (), "glob(s) over parameter names for the gradient coordinates (default: all)", nargs="+"
+        (),
+        "glob(s) over parameter names for the gradient coordinates (default: all)",
+        nargs="+",
+        metavar="GLOB",
     )
     mc_sizes: tuple[int, ...] = _opt(
-        DEFAULT_SIZES, "Monte-Carlo sample sizes n (each >= 2)", nargs="+", type=int
+        DEFAULT_SIZES, "Monte-Carlo sample sizes n (each >= 2)", nargs="+", type=int, metavar="N"
     )
     n_boot: int = _opt(1000, "bootstrap resamples per Monte-Carlo interval", type=int)
     seed: int = _opt(0, "seed of the Monte-Carlo draws and the bootstrap", type=int)
@@ -358,22 +365,28 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     for f in fields(AuditConfig):
         kwargs = dict(f.metadata)
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            default=f.default,
-            metavar=None if "choices" in kwargs else f.name.upper(),
-            **kwargs,
-        )
+        if f.default not in (None, ()):
+            kwargs["help"] += f" (default: {_shown(f.default)})"
+        if "choices" not in kwargs:
+            kwargs.setdefault("metavar", f.name.upper())
+        parser.add_argument("--" + f.name.replace("_", "-"), default=f.default, **kwargs)
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument(
         "--plot", metavar="PATH", default=None, help="write a bar chart of the variance terms (PNG)"
     )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (the audit is small; default 1)"
+    )
     parser.set_defaults(func=run_audit)
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    torch.set_num_threads(max(1, args.threads))
     try:
         values = {f.name: getattr(args, f.name) for f in fields(AuditConfig)}
         values.update(

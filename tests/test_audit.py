@@ -18,19 +18,21 @@ from rlid.audit import (
     resolve_problem,
 )
 from rlid.audit_exact import (
-    EstimatorAtoms,
     TextScores,
     WordingSet,
     continuation_ids,
-    decompose,
     float64_copy,
-    noisy_atoms,
-    plain_atoms,
     score_mean_rel,
     text_scores,
-    wording_bonus_atoms,
 )
 from rlid.audit_mc import estimator_grams, monte_carlo, sample_trace_cov
+from rlid.audit_moments import (
+    EstimatorAtoms,
+    decompose,
+    noisy_atoms,
+    plain_atoms,
+    wording_bonus_atoms,
+)
 from rlid.audit_states import BUILTIN_STATES
 from rlid.models import build_model_from_config, build_tiny_model, model_config
 from rlid.paraphrases import paraphrases
@@ -149,9 +151,14 @@ def test_control_wording_dependent_advantage_breaks_the_premise(tokenizer, tiny6
     assert bonus.identity_residual_rel > 1e-6
 
 
+@pytest.fixture(scope="module")
+def hallway(tokenizer, tiny64):
+    return _scores(tiny64, tokenizer, "hallway")
+
+
 @pytest.mark.parametrize("sigma", [0.1, 0.5, 2.0])
-def test_control_advantage_noise_matches_analytic(tokenizer, tiny64, sigma):
-    wording_set, scores = _scores(tiny64, tokenizer, "hallway")
+def test_control_advantage_noise_matches_analytic(hallway, sigma):
+    wording_set, scores = hallway
     atoms = plain_atoms(scores, wording_set)
     clean = decompose(atoms, scores)
     noisy = decompose(noisy_atoms(atoms, sigma), scores)
