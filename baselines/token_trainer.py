@@ -1,0 +1,382 @@
+"""Token-plane training: the GRPO family on multi-step text games.
+
+Sections per iteration, as in ``rlid.trainer`` (so the two planes read alike):
+rollout -> advantages -> update -> logging/checkpoint. Run directory, budget,
+held-out evaluation before/after, checkpoints and exact resume are shared with
+the decision trainer (``RunLog``, ``Budget``, ``evaluate``, ``iteration_rngs``,
+``make_reset_seeds``, ``make_envs``).
+
+Multi-step credit (the choice, and why): the G episodes reset with the same seed
+form a group, and *every generated token of an episode* gets that episode's
+group-relative advantage, ``group_advantages`` of the episode returns (std
+scaling for grpo / dapo / gspo / cispo, none for dr_grpo; ``adv_scale`` is a
+decision-plane option). This is the episode-level GRPO that the decision plane's
+``advantage="group"`` uses, so the two planes differ in the probability event
+(text vs. action), not in credit assignment. A return is the undiscounted sum of
+env rewards plus shaping: ``invalid_penalty`` per command that did not parse and,
+with ``overlong_cache > 0``, DAPO's soft overlong penalty per completion.
+
+DAPO dynamic sampling (``algo="dapo"``): groups whose shaped returns are all
+equal (zero advantage, no gradient) are dropped and new groups (new reset seeds)
+are played, up to ``max_gen_batches`` generation rounds per iteration, until at
+least ``groups_per_iter`` groups are kept; every kept group is used. Every
+generated completion counts in the budget (``generated_samples`` /
+``generated_tokens``) and the dropped ones also in ``filtered_samples``, so
+generated = used + filtered. The env steps of dropped episodes count too.
+
+Update: ``token_policy_loss`` with the config's variant (the loss's default clip
+range for it; ``clip_eps`` is a decision-plane option), ``max_len =
+max_new_tokens`` (Dr. GRPO's constant normaliser), ``mismatch`` on ρ = π_old/μ
+with μ from the rollout engine, and the k3 KL to a frozen copy of the starting
+model when ``beta > 0``; epochs x minibatches over completions, gradient clip,
+AdamW. Evaluation samples greedily from the trainer's own model (not the engine).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from baselines.engine import completion_logprobs, make_engine
+from baselines.losses import (
+    group_advantages,
+    nonzero_variance_groups,
+    overlong_penalty,
+    token_policy_loss,
+)
+from baselines.token_policy import Generation, TokenPolicy
+from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
+from rlid.rollout import Episode, collect_episodes, episode_stats
+from rlid.runlog import RunLog
+from rlid.trainer import evaluate, iteration_rngs, make_envs, make_reset_seeds
+
+
+@dataclass
+class TokenRollout:
+    """One iteration's episodes: all generated, and those the update uses."""
+
+    generated: list[Episode]
+    kept: list[Episode]
+    rounds: int
+
+
+def round_reset_seeds(
+    config: TrainConfig, iteration: int, round_: int
+) -> tuple[list[int], list[int]]:
+    """Round 0 plays ``make_reset_seeds``; each DAPO re-sampling round new games.
+
+    Group ids of round r are offset by ``r * groups_per_iter`` so groups stay distinct.
+    """
+    seeds, groups = make_reset_seeds(config, iteration)
+    if round_ == 0:
+        return seeds, groups
+    rng = np.random.default_rng([config.seed, iteration, 3, round_])
+    fresh = rng.integers(0, 2**31 - 1, size=config.groups_per_iter)
+    seeds = [int(fresh[g]) for g in groups]
+    return seeds, [g + round_ * config.groups_per_iter for g in groups]
+
+
+def shaped_return(episode: Episode, config: TrainConfig) -> float:
+    """Env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
+    ret = episode.ret + config.invalid_penalty * sum(not g.valid for g in episode.decisions)
+    if config.overlong_cache > 0:
+        lengths = torch.tensor([g.num_tokens for g in episode.decisions])
+        shaping = overlong_penalty(lengths, config.max_new_tokens, config.overlong_cache)
+        ret += float(shaping.sum())
+    return ret
+
+
+def group_returns(
+    episodes: list[Episode], config: TrainConfig
+) -> tuple[list[list[Episode]], Tensor]:
+    """Episodes grouped by group id (first-seen order) and their shaped returns (N, G)."""
+    by_group: dict[int, list[Episode]] = {}
+    for e in episodes:
+        by_group.setdefault(e.group, []).append(e)
+    grouped = list(by_group.values())
+    returns = torch.tensor(
+        [[shaped_return(e, config) for e in group] for group in grouped], dtype=torch.float32
+    ).reshape(len(grouped), config.group_size)
+    return grouped, returns
+
+
+def rollout(
+    policy: TokenPolicy,
+    env_list: list,
+    config: TrainConfig,
+    iteration: int,
+    *,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    budget: Budget,
+    timers: Timers,
+) -> TokenRollout:
+    """Play the iteration's groups; with DAPO drop zero-variance groups and play more."""
+    dynamic = config.algo == "dapo"
+    generated: list[Episode] = []
+    kept: list[Episode] = []
+    rounds = 0
+    for round_ in range(config.max_gen_batches if dynamic else 1):
+        seeds, groups = round_reset_seeds(config, iteration, round_)
+        episodes = collect_episodes(
+            env_list, policy, seeds, groups, interface=config.interface, rng=rng,
+            generator=generator, temperature=config.temperature, budget=budget, timers=timers,
+        )  # fmt: skip
+        generated += episodes
+        rounds += 1
+        if not dynamic:
+            kept = episodes
+            break
+        grouped, returns = group_returns(episodes, config)
+        for group, informative in zip(grouped, nonzero_variance_groups(returns).tolist()):
+            if informative:
+                kept += group
+            else:
+                budget.filtered_samples += sum(e.length for e in group)
+        if len(kept) >= config.episodes_per_iter:
+            break
+    return TokenRollout(generated=generated, kept=kept, rounds=rounds)
+
+
+def token_advantages(
+    episodes: list[Episode], config: TrainConfig
+) -> tuple[list[Generation], Tensor]:
+    """Flatten episodes into completions with the episode's group advantage (N,)."""
+    if not episodes:
+        return [], torch.zeros(0)
+    grouped, returns = group_returns(episodes, config)
+    scale = "none" if config.algo == "dr_grpo" else "std"
+    adv = group_advantages(returns, scale=scale)  # (groups, G)
+    completions: list[Generation] = []
+    per_completion: list[float] = []
+    for g, group in enumerate(grouped):
+        for i, e in enumerate(group):
+            completions += e.decisions
+            per_completion += [float(adv[g, i])] * e.length
+    return completions, torch.tensor(per_completion)
+
+
+def right_aligned(rows: Sequence[Sequence[float]], width: int) -> Tensor:
+    """Ragged per-token values -> (B, width), right-aligned like ``completion_logprobs``."""
+    out = torch.zeros(len(rows), width)
+    for b, row in enumerate(rows):
+        if row:
+            out[b, width - len(row) :] = torch.tensor(row, dtype=out.dtype)
+    return out
+
+
+@torch.no_grad()
+def attach_reference_logprobs(
+    ref_model: torch.nn.Module, completions: list[Generation], *, pad_id: int, chunk: int
+) -> None:
+    """Store log π_ref per completion token in ``extra["logp_ref"]`` (for the k3 KL)."""
+    for start in range(0, len(completions), chunk):
+        batch = completions[start : start + chunk]
+        logp, mask, _ = completion_logprobs(
+            ref_model, [g.prompt_ids for g in batch], [g.completion_ids for g in batch], pad_id
+        )
+        for b, g in enumerate(batch):
+            g.extra["logp_ref"] = logp[b][mask[b]].tolist()
+
+
+def _reduce(metric_rows: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over minibatches; ``*_min`` / ``*_max`` keep the extreme."""
+    out: dict[str, float] = {}
+    for key in {k for row in metric_rows for k in row}:
+        values = [row[key] for row in metric_rows if key in row]
+        if key.endswith("_min"):
+            out[key] = min(values)
+        elif key.endswith("_max"):
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+def token_update(
+    model: torch.nn.Module,
+    completions: list[Generation],
+    advantages: Tensor,
+    *,
+    config: TrainConfig,
+    optimizer: torch.optim.Optimizer,
+    rng: np.random.Generator,
+    pad_id: int,
+    budget: Budget,
+    timers: Timers,
+) -> dict[str, float]:
+    """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    rows: list[dict[str, float]] = []
+    stop = False
+    for _ in range(config.epochs if completions else 0):
+        order = rng.permutation(len(completions))
+        for start in range(0, len(completions), config.minibatch_size):
+            idx = order[start : start + config.minibatch_size]
+            batch = [completions[i] for i in idx]
+            prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
+            with timers.time("forward"):
+                logp, mask, _ = completion_logprobs(model, prompts, outputs, pad_id)  # (B, C)
+            width = mask.shape[1]
+            logp_ref = None
+            if config.beta > 0:
+                logp_ref = right_aligned([g.extra["logp_ref"] for g in batch], width)
+            with timers.time("backward"):
+                loss, metrics = token_policy_loss(
+                    logp,
+                    right_aligned([g.logp_old for g in batch], width),
+                    advantages[idx],
+                    mask,
+                    variant=config.algo,
+                    max_len=config.max_new_tokens,
+                    logp_rollout=right_aligned([g.logp_rollout for g in batch], width),
+                    mismatch=config.mismatch,
+                    logp_ref=logp_ref,
+                    beta=config.beta,
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+            budget.optimizer_steps += 1
+            budget.forward_passes += 1
+            budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
+            metrics = {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
+            rows.append({k: float(v) for k, v in metrics.items()})
+            if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
+                stop = True
+                break
+        if stop:
+            break
+    out = _reduce(rows)
+    out["early_stop"] = float(stop)
+    return out
+
+
+def sample_stats(result: TokenRollout, config: TrainConfig) -> dict[str, float]:
+    """Generated vs used samples, parse and stop rates of one iteration's rollout."""
+    generated = [g for e in result.generated for g in e.decisions]
+    used = sum(e.length for e in result.kept)
+    tokens = [g.num_tokens for g in generated]
+    return {
+        "generated_samples": len(generated),
+        "used_samples": used,
+        "filtered_samples": len(generated) - used,
+        "generated_episodes": len(result.generated),
+        "kept_episodes": len(result.kept),
+        "generation_rounds": result.rounds,
+        "unparsed_rate": sum(not g.valid for g in generated) / max(len(generated), 1),
+        "stopped_frac": sum(g.stopped for g in generated) / max(len(generated), 1),
+        "completion_tokens": sum(tokens) / max(len(tokens), 1),
+        "shaped_return": float(np.mean([shaped_return(e, config) for e in result.generated])),
+    }
+
+
+def train_token(
+    config: TrainConfig, out: Path, *, resume: bool = False, progress: bool = True
+) -> RunLog:
+    """Train the free-text policy with the GRPO family; everything lands in ``out``."""
+    from rlid.models import load_policy_model
+
+    log = RunLog.open(Path(out), config, resume=resume)
+    config = log.config
+    if config.plane != "token":
+        raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    budget, timers = Budget(), Timers()
+
+    model_source = log.checkpoint_model_dir() if log.resuming else config.model
+    model, tokenizer = load_policy_model(str(model_source))
+    model.eval()  # no dropout: rollouts and updates see the same function
+    pad_id = tokenizer.pad_token_id
+    engine = make_engine(
+        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed
+    )
+    policy = TokenPolicy(
+        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
+        engine=engine, budget=budget, timers=timers,
+    )  # fmt: skip
+    eval_policy = TokenPolicy(
+        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens
+    )
+    train_envs = make_envs(config, "train", config.episodes_per_iter)
+    eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
+
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    ref_model = None
+    if config.beta > 0:
+        # the reference is the starting model, also when resuming from a later checkpoint
+        start_model = load_policy_model(str(config.model))[0] if log.resuming else model
+        ref_model = copy.deepcopy(start_model).eval().requires_grad_(False)
+
+    log.start()
+    iteration = 0
+    if log.resuming:
+        iteration = log.restore(value_head=None, optimizer=optimizer, budget=budget)
+    else:
+        log.write_origin(getattr(model, "rlid_origin", str(config.model)))
+        before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.write_eval("before", before)
+
+    bar = log.progress_bar(config.steps, budget.env_steps, enabled=progress)
+    while budget.env_steps < config.steps:
+        iteration += 1
+        t0 = time.perf_counter()
+        rng, gen = iteration_rngs(config.seed, iteration)
+
+        # 1. rollout: groups of episodes (DAPO: re-sample zero-variance groups)
+        steps_before = budget.env_steps
+        result = rollout(
+            policy, train_envs, config, iteration, rng=rng, generator=gen,
+            budget=budget, timers=timers,
+        )  # fmt: skip
+
+        # 2. advantages: the episode's group advantage on every token it generated
+        completions, advantages = token_advantages(result.kept, config)
+        if ref_model is not None:
+            attach_reference_logprobs(
+                ref_model, completions, pad_id=pad_id, chunk=config.minibatch_size
+            )
+
+        # 3. update
+        update = token_update(
+            model, completions, advantages, config=config, optimizer=optimizer, rng=rng,
+            pad_id=pad_id, budget=budget, timers=timers,
+        )  # fmt: skip
+
+        # 4. logging, evaluation, checkpoint
+        budget.wall_time += time.perf_counter() - t0
+        row = {"iteration": iteration, **episode_stats(result.generated), **update}
+        row.update(sample_stats(result, config))
+        row["time"] = timers.pop()
+        row["budget"] = budget.to_dict()
+        if config.eval_every and iteration % config.eval_every == 0:
+            row["eval"] = evaluate(
+                eval_policy, eval_envs, config.eval_episodes, interface=config.interface
+            )
+        log.append_metrics(row)
+        if iteration % config.checkpoint_every == 0 or budget.env_steps >= config.steps:
+            log.checkpoint(
+                model=model, tokenizer=tokenizer, value_head=None, optimizer=optimizer,
+                iteration=iteration, budget=budget,
+            )  # fmt: skip
+        bar.update(budget.env_steps - steps_before)
+        bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
+    bar.close()
+
+    if not log.has_eval("after"):
+        after = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.write_eval("after", after)
+    log.finish()
+    return log

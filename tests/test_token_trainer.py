@@ -1,0 +1,244 @@
+"""Token-plane trainer: credit assignment, DAPO accounting, every algorithm end to end, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from baselines.engine import completion_logprobs
+from baselines.token_policy import Generation, TokenPolicy
+from baselines.token_trainer import (
+    rollout,
+    round_reset_seeds,
+    shaped_return,
+    token_advantages,
+    train_token,
+)
+from menus import Interface, command_completion, render_token_prompt
+from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model, save_policy_model
+from rlid.rollout import Episode
+from rlid.runlog import RunLog
+from rlid.trainer import iteration_rngs, make_envs, make_reset_seeds
+
+INTERFACE = Interface(memory="none")
+GAME = {"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3}
+
+
+@pytest.fixture(scope="module")
+def commanding_model(tmp_path_factory):
+    """The fresh tiny model after a few teacher-forced steps on random legal commands.
+
+    A fresh model almost never writes a legal command, so every return would be equal
+    and every advantage zero; this one writes one about half of the time.
+    """
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy_model("tiny", warm=False)
+    env = envs.make("keydoor", **GAME)
+    rng = np.random.default_rng(0)
+    pairs = []
+    for seed in range(16):
+        obs, info = env.reset(seed=seed)
+        action = info["legal_actions"][int(rng.integers(len(info["legal_actions"])))]
+        prompt = render_token_prompt(obs, info, INTERFACE, tokenizer)
+        pairs.append(
+            (
+                tokenizer.encode(prompt, add_special_tokens=False),
+                tokenizer.encode(command_completion(action), add_special_tokens=False),
+            )
+        )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(30):
+        idx = rng.integers(len(pairs), size=16)
+        logp, mask, _ = completion_logprobs(
+            model, [pairs[i][0] for i in idx], [pairs[i][1] for i in idx], tokenizer.pad_token_id
+        )
+        loss = -logp.sum() / mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return str(save_policy_model(model.eval(), tokenizer, tmp_path_factory.mktemp("model") / "m"))
+
+
+def _config(model, **changes):
+    base = dict(
+        plane="token", model=model, env="keydoor", env_options=GAME, steps=10,
+        groups_per_iter=2, group_size=4, epochs=1, minibatch_size=16, max_new_tokens=4,
+        invalid_penalty=-0.5, eval_episodes=1, threads=1, lr=1e-3, interface=INTERFACE,
+    )  # fmt: skip
+    return TrainConfig(**{**base, **changes})
+
+
+def _generation(valid=True, tokens=2):
+    return Generation(
+        action="look", text="look", valid=valid, prompt_ids=[1], completion_ids=[5] * tokens,
+        logp_rollout=[-1.0] * tokens, logp_old=[-1.0] * tokens, stopped=True,
+    )  # fmt: skip
+
+
+def _episode(group, reward, generations):
+    e = Episode(group=group, reset_seed=0)
+    e.decisions = list(generations)
+    e.rewards = [0.0] * (len(generations) - 1) + [reward]
+    return e
+
+
+# --------------------------------------------------------------------------- credit
+def test_shaped_return_adds_invalid_and_overlong_penalties():
+    config = _config("tiny", max_new_tokens=4, overlong_cache=2, invalid_penalty=-0.25)
+    e = _episode(0, 1.0, [_generation(valid=False, tokens=2), _generation(tokens=3)])
+    # 1 - 0.25 (one unparsed) + 0 (2 <= 4 - 2) - 0.5 (3 tokens: (2 - 3) / 2)
+    assert shaped_return(e, config) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("algo,scale", [("grpo", True), ("dr_grpo", False)])
+def test_every_token_of_an_episode_gets_its_group_advantage(algo, scale):
+    config = _config("tiny", algo=algo, group_size=2, invalid_penalty=0.0)
+    episodes = [
+        _episode(0, 1.0, [_generation(), _generation()]),
+        _episode(0, 0.0, [_generation()]),
+        _episode(1, 2.0, [_generation()]),
+        _episode(1, 2.0, [_generation(), _generation(), _generation()]),
+    ]
+    completions, advantages = token_advantages(episodes, config)
+    assert len(completions) == 7
+    top = 0.5 / (np.sqrt(0.5) + 1e-6) if scale else 0.5  # group std of (1, 0) is sqrt(0.5)
+    expected = [top, top, -top, 0.0, 0.0, 0.0, 0.0]
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-5)
+
+
+def test_resampling_rounds_play_new_games():
+    config = _config("tiny")
+    assert round_reset_seeds(config, 3, 0) == make_reset_seeds(config, 3)
+    seeds1, groups1 = round_reset_seeds(config, 3, 1)
+    assert set(seeds1).isdisjoint(make_reset_seeds(config, 3)[0])
+    assert groups1 == [g + config.groups_per_iter for g in make_reset_seeds(config, 3)[1]]
+
+
+# --------------------------------------------------------------------------- DAPO
+def _rollout(model_dir, config, iteration=1):
+    model, tokenizer = load_policy_model(model_dir)
+    budget = Budget()
+    policy = TokenPolicy(
+        model, tokenizer, INTERFACE, max_new_tokens=config.max_new_tokens, budget=budget
+    )
+    rng, gen = iteration_rngs(config.seed, iteration)
+    env_list = make_envs(config, "train", config.episodes_per_iter)
+    result = rollout(
+        policy, env_list, config, iteration, rng=rng, generator=gen, budget=budget, timers=Timers()
+    )
+    return result, budget
+
+
+def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
+    # one-token commands never reach the goal: every group has equal returns, all filtered
+    config = _config(commanding_model, algo="dapo", invalid_penalty=0.0, max_new_tokens=1)
+    result, budget = _rollout(commanding_model, config)
+    assert result.kept == [] and result.rounds == config.max_gen_batches
+    generated = sum(e.length for e in result.generated)
+    assert len(result.generated) == config.max_gen_batches * config.episodes_per_iter
+    assert budget.generated_samples == generated == budget.filtered_samples
+    assert budget.generated_tokens == generated  # one token each
+
+    config = _config(commanding_model, algo="dapo", max_gen_batches=4)
+    result, budget = _rollout(commanding_model, config)
+    kept = sum(e.length for e in result.kept)
+    assert budget.generated_samples == sum(e.length for e in result.generated)
+    assert budget.generated_samples == kept + budget.filtered_samples
+    assert budget.generated_tokens == sum(
+        g.num_tokens for e in result.generated for g in e.decisions
+    )
+    assert len({e.group for e in result.generated}) == result.rounds * config.groups_per_iter
+
+
+def test_dapo_run_reports_generated_kept_and_filtered(commanding_model, tmp_path):
+    config = _config(commanding_model, algo="dapo", steps=30, max_gen_batches=3)
+    log = train_token(config, tmp_path / "run", progress=False)
+    rows = log.metrics
+    for row in rows:
+        assert row["generated_samples"] == row["used_samples"] + row["filtered_samples"]
+    budget = rows[-1]["budget"]
+    assert budget["generated_samples"] == sum(r["generated_samples"] for r in rows)
+    assert budget["filtered_samples"] == sum(r["filtered_samples"] for r in rows)
+    assert budget["generated_samples"] == budget["decisions"]
+    assert budget["env_steps"] == budget["generated_samples"]
+
+
+# --------------------------------------------------------------------------- end to end
+def _finite(row):
+    for key, value in row.items():
+        if isinstance(value, dict):
+            _finite(value)
+        elif isinstance(value, float):
+            assert np.isfinite(value), key
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"algo": "grpo"},
+        {"algo": "dr_grpo", "rollout_engine": "perturbed", "mismatch": "tis", "engine_noise": 0.3},
+        {"algo": "dapo", "overlong_cache": 2},
+        {"algo": "gspo", "rollout_engine": "bf16", "mismatch": "icepop"},
+        {"algo": "cispo", "rollout_engine": "perturbed", "mismatch": "icepop", "beta": 0.1},
+    ],
+    ids=lambda c: "-".join(str(v) for v in c.values()),
+)
+def test_each_algorithm_trains(commanding_model, tmp_path, changes):
+    config = _config(commanding_model, **changes)
+    log = train_token(config, tmp_path / "run", progress=False)
+    before, _ = load_policy_model(commanding_model)
+    after, _ = load_policy_model(str(log.checkpoint_model_dir()))
+    assert any(not torch.equal(p, q) for p, q in zip(before.parameters(), after.parameters()))
+    assert log.metrics
+    for row in log.metrics:
+        _finite(row)
+        assert {"loss", "grad_norm", "rho_mean", "unparsed_rate", "invalid_rate"} <= set(row)
+    assert any(row["grad_norm"] > 0 for row in log.metrics)
+    last = log.metrics[-1]
+    if config.rollout_engine == "trainer":
+        assert last["rho_min"] == last["rho_max"] == 1.0
+    else:
+        assert last["rho_min"] < 1.0 < last["rho_max"]
+    evals = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert {"before", "after"} <= set(evals)
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_resume_replays_exactly(commanding_model, tmp_path, monkeypatch):
+    config = _config(commanding_model, steps=30)
+    straight = train_token(config, tmp_path / "a", progress=False)
+    assert len(straight.metrics) >= 2
+
+    original = RunLog.checkpoint
+
+    def crash_after_first(self, **kw):
+        original(self, **kw)
+        if kw["iteration"] == 1:
+            raise _Crash
+
+    monkeypatch.setattr(RunLog, "checkpoint", crash_after_first)
+    with pytest.raises(_Crash):
+        train_token(config, tmp_path / "b", progress=False)
+    monkeypatch.setattr(RunLog, "checkpoint", original)
+    resumed = train_token(None, tmp_path / "b", resume=True, progress=False)
+
+    def strip(row):
+        row = {k: v for k, v in row.items() if k != "time"}
+        row["budget"] = {k: v for k, v in row["budget"].items() if k != "wall_time"}
+        return row
+
+    assert [strip(r) for r in resumed.metrics] == [strip(r) for r in straight.metrics]
+    a, _ = load_policy_model(str(straight.checkpoint_model_dir()))
+    b, _ = load_policy_model(str(resumed.checkpoint_model_dir()))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("a", "b")]
+    assert evals[0] == evals[1]
