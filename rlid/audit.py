@@ -49,7 +49,7 @@ from rlid.audit_mc import DEFAULT_SIZES, estimator_grams, monte_carlo
 from rlid.audit_moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
 from rlid.audit_report import format_report, verdicts, write_plot
 from rlid.audit_states import BUILTIN_STATES, DEFAULT_STATE, AuditState
-from rlid.paraphrases import paraphrases
+from rlid.paraphrases import WORDING_STYLES
 
 AUDIT_INTERFACE = Interface(memory="none", afterstates=False, shuffle=False)
 """Both prompts of the audit: goal, observation and the legal list; no memory, no
@@ -77,6 +77,13 @@ class AuditConfig:
         "audit these actions (built-in paraphrase sets) instead of the state's",
         nargs="+",
         metavar="ACTION",
+    )
+    wording_style: str = _opt(
+        "synonyms",
+        "built-in wording sets: 'synonyms' (verb synonyms: go/walk/head east, take/get/pick up "
+        "...) or 'surface' (case, article, full-stop variants: the ones the token plane's "
+        "parse rule maps to the same action)",
+        choices=WORDING_STYLES,
     )
     wordings: str | None = _opt(
         None,
@@ -110,6 +117,10 @@ class AuditConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.wording_style not in WORDING_STYLES:
+            raise ValueError(
+                f"unknown wording style {self.wording_style!r}; valid: {sorted(WORDING_STYLES)}"
+            )
         if self.state not in BUILTIN_STATES:
             raise ValueError(f"unknown state {self.state!r}; valid: {sorted(BUILTIN_STATES)}")
         if any(n < 2 for n in self.mc_sizes) or not self.mc_sizes:
@@ -176,7 +187,7 @@ def resolve_problem(
         actions, listed = tuple(wordings), tuple(wordings.values())
     else:
         actions = tuple(" ".join(a.split()) for a in config.actions) or base.actions
-        listed = tuple(paraphrases(a) for a in actions)
+        listed = tuple(WORDING_STYLES[config.wording_style](a) for a in actions)
     if actions == base.actions:
         defaults = dict(zip(base.actions, base.advantages))
     else:
@@ -255,6 +266,7 @@ def audit(
             "observation": state.observation,
             "token_prompt": prompt,
             "completion": f"{prefix!r} + wording + '\\n'",
+            "wording_style": "file" if wordings else config.wording_style,
         },
         "text_policy": {
             "definition": (

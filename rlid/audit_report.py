@@ -81,7 +81,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"{'E_a tr Cov[g_y|a]  wording term':<56}{report['wording_term']:.6e}",
         f"{'identity residual  |y - a - wording| / y':<56}{report['identity_residual_rel']:.2e}",
         f"{'mean gap           |E g_y - E g_a| / |E g_y|':<56}{report['mean_gap_rel']:.2e}",
-        f"{'score check        |E grad log pi~(y)| / rms (0 exactly)':<56}"
+        f"{'score check        |E grad log pi~(y)| / rms, exactly 0':<56}"
         f"{report['score_mean_rel']:.2e}",
         "",
         f"Monte Carlo: n wordings y ~ pi~, both estimators on the same draws; "

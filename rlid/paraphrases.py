@@ -1,18 +1,29 @@
-"""Paraphrase sets: several wordings of one text-game action.
+"""Wording sets: several texts a policy could write for one text-game action.
 
 The marginalization audit (``rlid audit``) needs, for each legal action, the set of
-commands a text policy could write for it ("go east", "walk east", "head east",
-...). Every wording here parses to the same game action in common text-game
-parsers (Inform-style verbs and their synonyms); the first wording of each set is
-the canonical action text itself.
+commands y with f(y) = a. Two styles, each a function from action to wordings with
+the canonical action text first:
+
+* ``synonyms`` (:func:`paraphrases`): common text-game verb synonyms ("go east",
+  "walk east", "head east", "east"; "take", "get", "pick up"; "examine", "look at",
+  "x" ...). Many are accepted by Inform-style game parsers; the project's own
+  token-plane parse rule (``baselines.parse``) accepts none of them, so this style
+  audits a text policy whose f is a forgiving parser.
+* ``surface`` (:func:`surface_variants`): case, article and trailing-punctuation
+  variants ("open chest", "open the chest", "Open chest", "open chest."), exactly the
+  variants the project's parse rule maps to the same legal action.
 
     >>> paraphrases("go east")[:3]
     ('go east', 'walk east', 'head east')
     >>> paraphrases("take rusty key")[:3]
     ('take rusty key', 'get rusty key', 'pick up rusty key')
+    >>> surface_variants("open chest")
+    ('open chest', 'open the chest', 'Open chest', 'open chest.')
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 DIRECTIONS = ("north", "south", "east", "west", "up", "down")
 
@@ -72,3 +83,25 @@ def _expand(verb: str, obj: str) -> tuple[str, ...]:
 
 def _dedupe(wordings: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(wordings))
+
+
+def surface_variants(action: str) -> tuple[str, ...]:
+    """The action, with "the" before its object, capitalised, and with a full stop.
+
+    All of them normalise to the same command under the token plane's parse rule
+    (lowercase, articles dropped, trailing punctuation stripped).
+    """
+    text = " ".join(action.split())
+    if not text:
+        raise ValueError("an action must be non-empty text")
+    verb, _, obj = text.partition(" ")
+    takes_article = obj and obj not in DIRECTIONS and obj.split()[0] not in ("the", "a", "an")
+    with_article = f"{verb} the {obj}" if takes_article else text
+    return _dedupe((text, with_article, text[0].upper() + text[1:], text + "."))
+
+
+WORDING_STYLES: dict[str, Callable[[str], tuple[str, ...]]] = {
+    "synonyms": paraphrases,
+    "surface": surface_variants,
+}
+"""Wording style name -> function from an action to its wordings (canonical first)."""

@@ -35,7 +35,7 @@ from rlid.audit_moments import (
 )
 from rlid.audit_states import BUILTIN_STATES
 from rlid.models import build_model_from_config, build_tiny_model, model_config
-from rlid.paraphrases import paraphrases
+from rlid.paraphrases import paraphrases, surface_variants
 from rlid.tokenizer import build_tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -245,6 +245,26 @@ def test_paraphrases():
     assert paraphrases("east")[0] == "east" and "go east" in paraphrases("east")
     with pytest.raises(ValueError):
         paraphrases("  ")
+
+
+def test_surface_variants_parse_to_their_action():
+    from baselines.parse import parse_action
+
+    for state in BUILTIN_STATES.values():
+        for action in state.actions:
+            variants = surface_variants(action)
+            assert variants[0] == action and len(variants) >= 3
+            assert all(parse_action(v, list(state.actions)) == action for v in variants)
+
+
+def test_surface_style_audit(tokenizer, tiny64):
+    state = BUILTIN_STATES["cellar"]
+    wording_set = WordingSet(
+        state.actions, tuple(surface_variants(a) for a in state.actions), state.advantages
+    )
+    wording_set, scores = _scores(tiny64, tokenizer, "cellar", wording_set)
+    d = decompose(plain_atoms(scores, wording_set), scores)
+    assert d.identity_residual_rel <= TOL and d.mean_gap_rel <= TOL
 
 
 def test_wording_set_validation():
