@@ -64,9 +64,15 @@ def _scores(model, tokenizer, state_name, wording_set=None, params=LAST_LAYER):
 
 
 # ------------------------------------------------------------------ the identity
+@pytest.fixture(scope="module")
+def tiny_scores(tokenizer, tiny64):
+    """Scores of the built-in states under the tiny model (last block), computed once."""
+    return {name: _scores(tiny64, tokenizer, name) for name in sorted(BUILTIN_STATES)}
+
+
 @pytest.mark.parametrize("state_name", sorted(BUILTIN_STATES))
-def test_identity_exact_on_tiny_model(tokenizer, tiny64, state_name):
-    wording_set, scores = _scores(tiny64, tokenizer, state_name)
+def test_identity_exact_on_tiny_model(tiny_scores, state_name):
+    wording_set, scores = tiny_scores[state_name]
     d = decompose(plain_atoms(scores, wording_set), scores)
     assert d.identity_residual_rel <= TOL
     assert d.mean_gap_rel <= TOL
@@ -143,22 +149,17 @@ def test_identity_check_is_not_tautological():
 
 
 # ------------------------------------------------------------------- controls
-def test_control_wording_dependent_advantage_breaks_the_premise(tokenizer, tiny64):
-    wording_set, scores = _scores(tiny64, tokenizer, "kitchen")
+def test_control_wording_dependent_advantage_breaks_the_premise(tiny_scores):
+    wording_set, scores = tiny_scores["kitchen"]
     atoms = plain_atoms(scores, wording_set)
     bonus = decompose(wording_bonus_atoms(atoms, wording_set.canonical_mask, 0.5), scores)
     assert bonus.mean_gap_rel > 1e-2
     assert bonus.identity_residual_rel > 1e-6
 
 
-@pytest.fixture(scope="module")
-def hallway(tokenizer, tiny64):
-    return _scores(tiny64, tokenizer, "hallway")
-
-
 @pytest.mark.parametrize("sigma", [0.1, 0.5, 2.0])
-def test_control_advantage_noise_matches_analytic(hallway, sigma):
-    wording_set, scores = hallway
+def test_control_advantage_noise_matches_analytic(tiny_scores, sigma):
+    wording_set, scores = tiny_scores["hallway"]
     atoms = plain_atoms(scores, wording_set)
     clean = decompose(atoms, scores)
     noisy = decompose(noisy_atoms(atoms, sigma), scores)
