@@ -75,6 +75,10 @@ def _returned_cache(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that ignore left padding: (B, T) mask -> (B, T), pads at 0."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -104,9 +108,11 @@ def completion_logprobs(
     if min(lengths, default=0) < 1 or any(len(p) < 1 for p in prompt_ids):
         raise ValueError("every prompt and every completion needs at least one token")
     width = max(lengths)
+    device = _device(model)
     input_ids, attention_mask = left_pad(
         [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)], pad_id
     )
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -118,14 +124,14 @@ def completion_logprobs(
     logits = out.logits[:, -(width + 1) : -1].float()  # (B, C, V): predicts the last C tokens
     targets = input_ids[:, -width:]  # (B, C)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    cols = torch.arange(width)
-    mask = cols[None, :] >= (width - torch.tensor(lengths))[:, None]  # (B, C)
+    cols = torch.arange(width, device=device)
+    mask = cols[None, :] >= (width - torch.tensor(lengths, device=device))[:, None]  # (B, C)
     logp = torch.where(mask, logp, 0.0)
     hidden = None
     if return_hidden:
-        last_prompt = input_ids.shape[1] - 1 - torch.tensor(lengths)  # (B,)
+        last_prompt = input_ids.shape[1] - 1 - torch.tensor(lengths, device=device)  # (B,)
         states = out.hidden_states[-1]  # (B, T, d)
-        hidden = states[torch.arange(len(lengths)), last_prompt]
+        hidden = states[torch.arange(len(lengths), device=device), last_prompt]
     return logp, mask, hidden
 
 
@@ -166,15 +172,17 @@ class TrainerEngine:
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         batch = len(prompt_ids)
+        device = _device(self.model)
         input_ids, attention_mask = left_pad([list(p) for p in prompt_ids], self.pad_id)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         step_ids = input_ids  # (B, T) first, then (B, 1)
         step_positions = positions_from_mask(attention_mask)
         positions = step_positions[:, -1] + 1  # (B,) position of the next token
         previous = input_ids[:, -1]  # (B,)
-        stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+        stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
         completions: Ragged = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
-        done = torch.zeros(batch, dtype=torch.bool)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
         cache = None
         for _ in range(max_new_tokens):
             with self.autocast():
@@ -193,7 +201,9 @@ class TrainerEngine:
                 token = logp.argmax(dim=-1)
             else:
                 probs = torch.softmax(logp / temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+                # drawn on the CPU: the trainer's generators are CPU generators
+                token = torch.multinomial(probs.cpu(), 1, generator=generator)  # (B, 1)
+                token = token.squeeze(-1).to(device)
             token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
             for b in torch.nonzero(~done).flatten().tolist():
                 completions[b].append(int(token[b]))
@@ -205,7 +215,7 @@ class TrainerEngine:
             token = torch.where(done, self.pad_id, token)
             step_ids = token[:, None]
             step_positions = positions[:, None]
-            attention_mask = torch.cat([attention_mask, torch.ones(batch, 1, dtype=torch.long)], 1)
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
             positions = positions + 1
             previous = token
         return completions, logps
@@ -238,7 +248,7 @@ class PerturbedEngine(TrainerEngine):
             np.random.default_rng([self.seed, int(p), int(t)]).standard_normal(vocab)
             for p, t in zip(positions, previous)
         ]
-        z = torch.from_numpy(np.stack(rows)).to(logits.dtype)  # (B, V)
+        z = torch.from_numpy(np.stack(rows)).to(logits)  # (B, V)
         return logits + self.noise * z
 
 
@@ -249,7 +259,7 @@ class Bf16Engine(TrainerEngine):
     same_as_trainer = False
 
     def autocast(self) -> AbstractContextManager[Any]:
-        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return torch.autocast(device_type=_device(self.model).type, dtype=torch.bfloat16)
 
 
 ENGINES: dict[str, Callable[..., RolloutEngine]] = {

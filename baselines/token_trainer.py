@@ -190,7 +190,7 @@ def attach_reference_logprobs(
 def _reduce(metric_rows: list[dict[str, float]]) -> dict[str, float]:
     """Mean over minibatches; ``*_min`` / ``*_max`` keep the extreme."""
     out: dict[str, float] = {}
-    for key in {k for row in metric_rows for k in row}:
+    for key in dict.fromkeys(k for row in metric_rows for k in row):
         values = [row[key] for row in metric_rows if key in row]
         if key.endswith("_min"):
             out[key] = min(values)
