@@ -24,20 +24,27 @@ logic state (facts, applicable logic actions) in step with it.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envs import tw_cache
 from envs.base import TextGameEnv, split_game_seed
+from envs.registry import SPLIT_OFFSETS
 from envs.tw_afterstate import AfterstateModel, group_commands
+from envs.tw_tracking import (
+    StartedGame,
+    TrackedState,
+    restore_tracked,
+    save_tracked,
+    start_game,
+)
 
 MAX_LOADED_GAMES = 4
-# Z-machine RNG seed (Jericho's default, -1, follows the clock): fixed for determinism.
-JERICHO_SEED = 20_240_101
 _BANNER_CHARS = frozenset(" _|\\/$<>()")
 _RESTART_PROMPT = "Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command?"
 
@@ -110,15 +117,25 @@ def check_game_file(path: Path) -> Path:
 
 @dataclass
 class _LoadedGame:
-    """A started TextWorld env and what is derived once per game."""
+    """A started TextWorld game and what is derived from it once."""
 
     path: Path
-    tw_env: Any
-    game: Any
-    inform7: Any
-    tracker: Any  # TextWorld's StateTracking layer: owner of the live logic state
+    started: StartedGame
     model: AfterstateModel
     walkthrough: list[str] | None
+
+    @property
+    def tw_env(self) -> Any:
+        return self.started.tw_env
+
+    @property
+    def game(self) -> Any:
+        return self.started.game
+
+
+def _start(path: Path) -> _LoadedGame:
+    started = start_game(path)
+    return _LoadedGame(path, started, AfterstateModel(started.game), started.game.walkthrough)
 
 
 @dataclass
@@ -126,10 +143,9 @@ class TextWorldSnapshot:
     """Saved state of a running episode (see :meth:`TextWorldEnv.snapshot`)."""
 
     path: Path
-    jericho_state: Any
-    layers: list[tuple[Any, dict[str, Any]]]
-    progression: Any
-    fields: dict[str, Any] = field(default_factory=dict)
+    tracked: TrackedState
+    fields: dict[str, Any]
+    quests: tuple[list[int], list[bool]]
 
 
 class TextWorldEnv(TextGameEnv):
@@ -179,8 +195,6 @@ class TextWorldEnv(TextGameEnv):
         seed = split_game_seed(
             self.np_random, split=self.split, game_seed=self.game_seed, num_games=self.num_games
         )
-        from envs.registry import SPLIT_OFFSETS
-
         return seed - SPLIT_OFFSETS[self.split], seed
 
     def _load(self, seed: int | None) -> _LoadedGame:
@@ -228,7 +242,9 @@ class TextWorldEnv(TextGameEnv):
     def _sync_logic(self, *, reset: bool) -> None:
         """Read the logic state the tracker keeps in step with the live game."""
         self._valid_actions = self._state["_valid_actions"]
-        self._commands = self._current.inform7.gen_commands_from_actions(self._valid_actions)
+        self._commands = self._current.started.inform7.gen_commands_from_actions(
+            self._valid_actions
+        )
         if self.use_afterstates:
             self._facts = self.logic_facts()
             model = self._current.model
@@ -245,7 +261,11 @@ class TextWorldEnv(TextGameEnv):
         return self._current.game.objective if self._current else ""
 
     def _game_max_score(self) -> int:
-        return int(self._current.game.max_score) if self._current else 0
+        if self._current is None:
+            return 0
+        max_score = self._current.game.max_score
+        # Repeatable rewarded quests make it unbounded (never in tw-make's games).
+        return int(max_score) if math.isfinite(max_score) else 0
 
     def _game_walkthrough(self) -> list[str] | None:
         walkthrough = self._current.walkthrough
@@ -269,7 +289,7 @@ class TextWorldEnv(TextGameEnv):
 
     def logic_facts(self) -> frozenset:
         """The live logic state's facts (``textworld.logic.Proposition`` s)."""
-        return frozenset(self._current.tracker._game_progression.state.facts)
+        return frozenset(self._current.started.tracker._game_progression.state.facts)
 
     def logic_actions(self, command: str) -> list[Any]:
         """The logic actions behind a legal command (preferred first)."""
@@ -277,44 +297,30 @@ class TextWorldEnv(TextGameEnv):
 
     # ----------------------------------------------------------- save/restore
     def snapshot(self) -> TextWorldSnapshot:
-        """Save the running episode exactly (Z-machine memory + logic state + bookkeeping).
+        """Save the running episode exactly (Z-machine memory, logic state, bookkeeping).
 
         Afterstates never need this; it exists to check them against the real game and
-        to measure the save/step/restore alternative.
+        to measure the save/step/restore alternative they replace.
         """
         if self._current is None:
             raise RuntimeError("snapshot() needs a running episode; call reset() first")
-        tw_env = self._current.tw_env
-        layers = [(layer, dict(vars(layer))) for layer in _layers(tw_env)]
-        tracker = self._current.tracker
-        fields = {name: copy.copy(value) for name, value in vars(self).items() if name in _FIELDS}
-        fields["quests"] = copy.deepcopy(
-            (self._current.model.quests.completions, self._current.model.quests.failed)
-        )
+        quests = self._current.model.quests
         return TextWorldSnapshot(
             path=self._current.path,
-            jericho_state=tw_env.unwrapped._jericho.get_state(),
-            layers=layers,
-            progression=_copy_progression(tracker._game_progression),
-            fields=fields,
+            tracked=save_tracked(self._current.started),
+            fields={name: copy.copy(getattr(self, name)) for name in _FIELDS},
+            quests=(list(quests.completions), list(quests.failed)),
         )
 
     def restore(self, snapshot: TextWorldSnapshot) -> None:
         """Return to a state saved by :meth:`snapshot` (same env, same game)."""
         if self._current is None or snapshot.path != self._current.path:
             raise ValueError("restore() needs the game the snapshot was taken in to be loaded")
-        tw_env = self._current.tw_env
-        tw_env.unwrapped._jericho.set_state(snapshot.jericho_state)
-        for layer, saved in snapshot.layers:
-            vars(layer).clear()
-            vars(layer).update(saved)
-        self._current.tracker._game_progression = _copy_progression(snapshot.progression)
-        fields = dict(snapshot.fields)
-        completions, failed = fields.pop("quests")
-        for name, value in fields.items():
+        restore_tracked(self._current.started, snapshot.tracked)
+        for name, value in snapshot.fields.items():
             setattr(self, name, copy.copy(value))
-        self._current.model.quests.completions = list(completions)
-        self._current.model.quests.failed = list(failed)
+        quests = self._current.model.quests
+        quests.completions, quests.failed = (list(q) for q in snapshot.quests)
 
     def close(self) -> None:
         for loaded in self._loaded.values():
@@ -329,53 +335,3 @@ _FIELDS = frozenset(
     {"_last_obs", "_score", "_steps", "_done", "_won", "_lost", "_legal"}
     | {"_state", "_commands", "_valid_actions", "_facts"}
 )
-
-
-def _start(path: Path) -> _LoadedGame:
-    import textworld
-    from textworld.generator.inform7 import Inform7Game
-
-    # last_action switches TextWorld's state tracking on without the per-step cost of
-    # the admissible-command list (computed here) or of winning-policy search.
-    infos = textworld.EnvInfos(last_action=True, score=True, won=True, lost=True)
-    with tw_cache.quiet_jericho():
-        tw_env = textworld.start(str(path), request_infos=infos)
-    tw_env.seed(JERICHO_SEED)
-    tracker = _tracker(tw_env)
-    game = tracker._game
-    return _LoadedGame(
-        path=path,
-        tw_env=tw_env,
-        game=game,
-        inform7=Inform7Game(game),
-        tracker=tracker,
-        model=AfterstateModel(game),
-        walkthrough=game.walkthrough,
-    )
-
-
-def _layers(tw_env: Any) -> list[Any]:
-    layers, layer = [], tw_env
-    while layer is not None:
-        layers.append(layer)
-        layer = vars(layer).get("_wrapped_env")
-    return layers
-
-
-def _tracker(tw_env: Any) -> Any:
-    """TextWorld's ``StateTracking`` wrapper (owner of the logic state)."""
-    for layer in _layers(tw_env):
-        if "_game_progression" in vars(layer):
-            return layer
-    raise RuntimeError("TextWorld env has no state tracking layer")  # pragma: no cover
-
-
-def _copy_progression(progression: Any) -> Any:
-    # GameProgression.copy() recomputes the initial state's applicable actions; a
-    # shallow copy with a copied State is exact and much cheaper.
-    if progression is None:
-        return None
-    out = copy.copy(progression)
-    out.state = progression.state.copy()
-    out.quest_progressions = [qp.copy() for qp in progression.quest_progressions]
-    return out

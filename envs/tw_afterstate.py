@@ -41,7 +41,7 @@ HIDDEN_TYPES = frozenset({"RECIPE", "ingredient", "slot"})
 COOKING_TYPES = ("fried", "roasted", "grilled")  # otherwise "raw"
 CUTTING_TYPES = ("sliced", "chopped", "diced")  # otherwise "uncut"
 RECIPE_NOT_READY = "the ingredients are not yet prepared as the recipe says"
-ADJECTIVE_WORDS = {"consumed": "eaten", "needs_cooking": "in need of cooking", "used": "used up"}
+ADJECTIVE_WORDS = {"needs_cooking": "in need of cooking", "used": "used up"}
 NOTHING_CHANGES = "nothing changes"
 
 
@@ -138,35 +138,45 @@ class QuestTracker:
 
 
 class RecipeCheck:
-    """The cooking games' "prepare meal" precondition that the logic rule leaves out.
+    """What the cooking games' "prepare meal" really needs, beyond its logic rules.
 
-    The ``make/recipe/N`` rules only ask for the ingredients to be carried; the
-    compiled game also refuses unless each ingredient's type of cooking (raw, fried,
-    roasted, grilled) and of cutting (uncut, sliced, chopped, diced) matches the
-    recipe. The recipe is static, so it is read once from the initial facts.
+    ``make/recipe/N`` only asks for the first N ingredients to be carried, so with a
+    two-ingredient recipe ``make/recipe/1`` is applicable too. The compiled game
+    prepares the whole recipe or refuses: every ingredient must be carried and its
+    type of cooking (raw, fried, roasted, grilled) and of cutting (uncut, sliced,
+    chopped, diced) must match the recipe. The recipe is static, so it is read once
+    from the initial facts.
     """
 
     def __init__(self, initial_facts: Iterable[Any]) -> None:
-        from textworld.logic import Proposition
+        from textworld.logic import Proposition, Variable
 
         facts = list(initial_facts)
-        props = {(f.name, f.arguments[0].name) for f in facts if len(f.arguments) == 1}
-        self.requirements: list[tuple[tuple[Any, ...], str, tuple[Any, ...], str]] = []
+        unary = {(f.name, f.arguments[0].name) for f in facts if len(f.arguments) == 1}
+        inventory = Variable("I", "I")
+        self.requirements: list[tuple[Any, tuple[Any, ...], str, tuple[Any, ...], str]] = []
         for fact in facts:
             if fact.name != "base":
                 continue
             food, ingredient = fact.arguments
-            cook = next((t for t in COOKING_TYPES if (t, ingredient.name) in props), "raw")
-            cut = next((t for t in CUTTING_TYPES if (t, ingredient.name) in props), "uncut")
-            cook_props = tuple(Proposition(t, [food]) for t in COOKING_TYPES)
-            cut_props = tuple(Proposition(t, [food]) for t in CUTTING_TYPES)
-            self.requirements.append((cook_props, cook, cut_props, cut))
+            self.requirements.append(
+                (
+                    Proposition("in", [food, inventory]),
+                    tuple(Proposition(t, [food]) for t in COOKING_TYPES),
+                    next((t for t in COOKING_TYPES if (t, ingredient.name) in unary), "raw"),
+                    tuple(Proposition(t, [food]) for t in CUTTING_TYPES),
+                    next((t for t in CUTTING_TYPES if (t, ingredient.name) in unary), "uncut"),
+                )
+            )
+        self.rule = f"make/recipe/{len(self.requirements)}"
 
     def ready(self, facts: frozenset | set) -> bool:
-        for cook_props, cook, cut_props, cut in self.requirements:
-            food_cook = next((p.name for p in cook_props if p in facts), "raw")
-            food_cut = next((p.name for p in cut_props if p in facts), "uncut")
-            if (food_cook, food_cut) != (cook, cut):
+        for carried, cook_props, cook, cut_props, cut in self.requirements:
+            if carried not in facts:
+                return False
+            if next((p.name for p in cook_props if p in facts), "raw") != cook:
+                return False
+            if next((p.name for p in cut_props if p in facts), "uncut") != cut:
                 return False
         return True
 
@@ -286,12 +296,14 @@ class AfterstateModel:
 
     def predict(self, facts: frozenset | set, actions: Iterable[Any]) -> list[FactDelta]:
         """Distinct fact deltas of a command's logic actions (preferred action first)."""
+        actions = list(actions)
+        if actions and actions[0].name.startswith("make/recipe/"):
+            actions = [a for a in actions if a.name == self._recipe.rule]
+            if not actions or not self._recipe.ready(facts):
+                return [FactDelta(frozenset(), frozenset(), RECIPE_NOT_READY)]
         deltas: list[FactDelta] = []
         for action in actions:
-            if action.name.startswith("make/recipe/") and not self._recipe.ready(facts):
-                delta = FactDelta(frozenset(), frozenset(), RECIPE_NOT_READY)
-            else:
-                delta = fact_delta(facts, action)
+            delta = fact_delta(facts, action)
             if delta not in deltas:
                 deltas.append(delta)
         return deltas

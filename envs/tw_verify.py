@@ -77,17 +77,27 @@ def _fmt(facts: Any) -> str:
 
 
 def check_afterstates(
-    env_id: str, options: dict[str, Any], *, steps: int = 12, walk_seed: int = 0
+    env_id: str,
+    options: dict[str, Any],
+    *,
+    steps: int = 12,
+    walk_seed: int = 0,
+    walkthrough: bool = False,
 ) -> CheckReport:
-    """Walk one game at random; check every legal command at every visited state."""
-    kwargs = {"game_seed": 0, "max_episode_steps": steps + 1, **options}
+    """Walk one game; check every legal command at every visited state.
+
+    The walk is random (seeded by ``walk_seed``), or the game's walkthrough when
+    ``walkthrough`` is true (it reaches the scoring and winning actions).
+    """
+    kwargs = {"game_seed": 0, "max_episode_steps": 200, **options}
     predictor = make(env_id, **kwargs).unwrapped
     reference = make(env_id, afterstates=False, **kwargs).unwrapped
     rng = np.random.default_rng(walk_seed)
     report = CheckReport()
     _, info = predictor.reset(seed=walk_seed)
     reference.reset(seed=walk_seed)
-    for step in range(steps):
+    plan = list(info["walkthrough"] or []) if walkthrough else []
+    for step in range(len(plan) if walkthrough else steps):
         legal = info["legal_actions"]
         facts = predictor.logic_facts()
         assert facts == reference.logic_facts(), "predictor and reference diverged"
@@ -133,7 +143,7 @@ def check_afterstates(
                 )
         # Walk on, preferring commands that change something (examine/look are many).
         movers = [c for c, a in zip(legal, info["afterstates"]) if a != "nothing changes"]
-        command = str(rng.choice(movers or legal))
+        command = plan[step] if walkthrough else str(rng.choice(movers or legal))
         _, _, terminated, truncated, info = predictor.step(command)
         reference.step(command)
         if terminated or truncated:
@@ -150,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     total = CheckReport()
     for env_id, options in CHECK_GAMES:
+        report = check_afterstates(env_id, options, walkthrough=True)
+        print(f"{env_id} walkthrough: {report.summary()}")
+        total.merge(report)
         for walk in range(args.walks):
             report = check_afterstates(env_id, options, steps=args.steps, walk_seed=walk)
             print(f"{env_id} walk {walk}: {report.summary()}")
