@@ -110,7 +110,10 @@ class AuditConfig:
     n_boot: int = _opt(1000, "bootstrap resamples per Monte-Carlo interval", type=int)
     seed: int = _opt(0, "seed of the Monte-Carlo draws and the bootstrap", type=int)
     wording_bonus: float = _opt(
-        0.5, "control 1: advantage added to each action's canonical wording only", type=float
+        0.5,
+        "control 1: extra advantage of each action's canonical wording, centred within the "
+        "action (so the action's mean advantage is unchanged)",
+        type=float,
     )
     noise_sigma: float = _opt(
         0.5, "control 3: standard deviation of zero-mean noise added to A", type=float
@@ -314,8 +317,10 @@ def audit(
         "controls": {
             "wording_dependent_advantage": {
                 "bonus": config.wording_bonus,
-                "bonus_on": "the first (canonical) wording of each action",
-                "decision_advantage": "E[A(y) | a] under pi~",
+                "advantage": (
+                    "A(y) = A(a) + bonus * (1[y canonical] - pi~(canonical | a)): zero mean "
+                    "within each action, so E[A(y)|a] = A(a) and g_a is unchanged"
+                ),
                 "mean_gap_rel": bonus.mean_gap_rel,
                 "identity_residual_rel": bonus.identity_residual_rel,
                 "trace_cov_text": bonus.trace_cov_text,

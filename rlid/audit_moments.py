@@ -61,18 +61,24 @@ def wording_bonus_atoms(
 ) -> EstimatorAtoms:
     """Negative control 1: the token estimator's advantage also depends on the wording.
 
-    Wordings in ``bonus_mask`` get ``bonus`` added; the decision estimator gets the most
-    favourable action-level summary, E_π̃[A(y) | a]. The premise E[g_y|a] = g_a fails.
+    A(y) = A(a) + bonus · (1[y in bonus_mask] − π̃(bonus_mask | a)): the wording part
+    has zero mean within each action, so E[A(y) | a] = A(a) and the decision estimator
+    is unchanged. The premise fails all the same: E[g_y | a] = g_a + bonus ·
+    Cov(1[y in mask], ∇log π̃(y) | a), which is not zero where the policy spreads mass
+    over an action's wordings.
     """
-    adv_text = atoms.adv_text + bonus * bonus_mask.to(torch.float64)[atoms.text_row]
-    weighted = torch.zeros_like(atoms.adv_action).index_add_(0, atoms.group, atoms.prob * adv_text)
+    marked = bonus_mask.to(torch.float64)[atoms.text_row]  # (T,)
+    marked_given_action = (
+        torch.zeros_like(atoms.adv_action).index_add_(0, atoms.group, atoms.prob * marked)
+        / atoms.group_prob
+    )  # (G,) π̃(mask | a)
     return EstimatorAtoms(
         prob=atoms.prob,
         text_row=atoms.text_row,
-        adv_text=adv_text,
+        adv_text=atoms.adv_text + bonus * (marked - marked_given_action[atoms.group]),
         group=atoms.group,
         action_row=atoms.action_row,
-        adv_action=weighted / atoms.group_prob,
+        adv_action=atoms.adv_action,
     )
 
 

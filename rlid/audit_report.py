@@ -104,7 +104,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [
         "",
         "Negative controls",
-        f"1. wording-dependent advantage (+{c1['bonus']} on each canonical wording): "
+        f"1. wording-dependent advantage ({c1['bonus']:+} on each canonical wording, centred "
+        "within its action): "
         f"mean gap {c1['mean_gap_rel']:.3f}, residual {c1['identity_residual_rel']:.2e}",
         f"2. label readout of the same weights ('Answer:' menu): label mass "
         f"{c2['label_mass']:.3f}, tr Cov {c2['trace_cov']:.4g}",
