@@ -1,18 +1,18 @@
 """Env throughput, with and without afterstates, for every registered env id.
 
-For each env id (small settings, one fixed game) the same random action sequence
-is played twice, with ``afterstates=False`` and ``afterstates=True``; only
-``env.step`` is timed (resets are not). Reported per env id:
+For each env id (small settings, one fixed game) two envs, ``afterstates=False``
+and ``afterstates=True``, play the same random action sequence in lockstep; only
+``env.step`` is timed (resets are not), and medians over steps are reported:
 
 * steps/s without and with afterstates;
-* afterstate cost per menu row: (step time with - step time without) / rows;
+* afterstate cost per menu row: median paired (step with - step without) / rows;
 * ratio: afterstate time per step / env step time (target <= 25% on tw-simple and
   tw-treasure_hunter);
 * for envs that can save and restore a running episode (TextWorld), the cost per
   row of the alternative that afterstates replace: snapshot, step, restore.
 
-Each configuration is timed in several alternating rounds and the fastest round is
-kept (the machine may be shared).
+Paired, alternating timing and medians keep a shared machine's load out of the
+difference as far as possible.
 
     python benchmarks/env_throughput.py [--steps 300] [--rounds 3] [--only tw-simple]
 """
@@ -45,21 +45,31 @@ def options_for(env_id: str) -> dict[str, Any]:
     return {"game_seed": 0, **SMALL_OPTIONS.get(env_id, {})}
 
 
-def time_steps(env: Any, steps: int, seed: int) -> tuple[float, int, int]:
-    """Play ``steps`` random legal actions; return (seconds in step(), steps, rows)."""
+def paired_step_times(off: Any, on: Any, steps: int, seed: int) -> tuple[np.ndarray, ...]:
+    """Step two envs (afterstates off / on) in lockstep through the same random game.
+
+    Returns per-step seconds in ``step()`` for each, and the menu rows after each step.
+    Pairing the two timings step by step keeps machine-load drift out of the difference.
+    """
     rng = np.random.default_rng(seed)
-    _, info = env.reset(seed=seed)
-    elapsed, rows = 0.0, 0
-    for _ in range(steps):
+    _, info = off.reset(seed=seed)
+    _, info_on = on.reset(seed=seed)
+    assert info["legal_actions"] == info_on["legal_actions"]
+    t_off, t_on, rows = np.zeros(steps), np.zeros(steps), np.zeros(steps)
+    for i in range(steps):
         legal = info["legal_actions"]
         action = legal[int(rng.integers(len(legal)))]
-        start = time.perf_counter()
-        _, _, terminated, truncated, info = env.step(action)
-        elapsed += time.perf_counter() - start
-        rows += len(info["legal_actions"])
+        for env, times in ((off, t_off), (on, t_on)) if i % 2 else ((on, t_on), (off, t_off)):
+            start = time.perf_counter()
+            _, _, terminated, truncated, out = env.step(action)
+            times[i] = time.perf_counter() - start
+            if env is off:
+                info = out
+        rows[i] = len(info["legal_actions"])
         if terminated or truncated:
-            _, info = env.reset()
-    return elapsed, steps, rows
+            _, info = off.reset()
+            on.reset()
+    return t_off, t_on, rows
 
 
 def time_save_step_restore(env: Any, steps: int, seed: int) -> float | None:
@@ -89,24 +99,20 @@ def measure(env_id: str, steps: int, rounds: int) -> dict[str, float | None]:
     # max_episode_steps large enough that truncation does not dominate.
     off = envs.make(env_id, afterstates=False, max_episode_steps=100, **options).unwrapped
     on = envs.make(env_id, afterstates=True, max_episode_steps=100, **options).unwrapped
-    time_steps(off, 5, 0), time_steps(on, 5, 0)  # load/generate the game, warm caches
-    best_off = best_on = float("inf")
-    rows = 0
-    for r in range(rounds):
-        t_off, n, _ = time_steps(off, steps, seed=r)
-        t_on, _, rows = time_steps(on, steps, seed=r)
-        best_off, best_on = min(best_off, t_off / n), min(best_on, t_on / n)
-    rows_per_step = rows / steps
-    extra = max(best_on - best_off, 0.0)
+    paired_step_times(off, on, 5, seed=0)  # load/generate the game, warm caches
+    runs = [paired_step_times(off, on, steps, seed=r) for r in range(rounds)]
+    t_off, t_on, rows = (np.concatenate(parts) for parts in zip(*runs))
+    step_off, step_on = float(np.median(t_off)), float(np.median(t_on))
+    extra = max(float(np.median(t_on - t_off)), 0.0)  # afterstate time per step
     ssr = time_save_step_restore(off, max(steps // 10, 5), seed=0)
     off.close()
     on.close()
     return {
-        "steps_s_off": 1.0 / best_off,
-        "steps_s_on": 1.0 / best_on,
-        "rows": rows_per_step,
-        "us_per_row": 1e6 * extra / max(rows_per_step, 1e-9),
-        "ratio": extra / best_off,
+        "steps_s_off": 1.0 / step_off,
+        "steps_s_on": 1.0 / step_on,
+        "rows": float(rows.mean()),
+        "us_per_row": 1e6 * extra / max(float(rows.mean()), 1e-9),
+        "ratio": extra / step_off,
         "ssr_us_per_row": None if ssr is None else 1e6 * ssr,
     }
 
@@ -114,7 +120,7 @@ def measure(env_id: str, steps: int, rounds: int) -> dict[str, float | None]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (min kept)")
+    parser.add_argument("--rounds", type=int, default=3, help="games played (seeds 0..rounds-1)")
     parser.add_argument("--only", nargs="*", default=None, help="env ids to measure")
     args = parser.parse_args(argv)
     header = (

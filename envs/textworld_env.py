@@ -246,9 +246,11 @@ class TextWorldEnv(TextGameEnv):
             self._valid_actions
         )
         if self.use_afterstates:
-            self._facts = self.logic_facts()
-            model = self._current.model
-            model.reset(self._facts) if reset else model.observe(self._facts)
+            previous, self._facts = self._facts, self.logic_facts()
+            if reset:
+                self._current.model.reset(self._facts)
+            else:
+                self._current.model.observe(self._facts, previous)
 
     def _game_legal_actions(self) -> list[str]:
         return sorted(set(self._commands))

@@ -99,14 +99,33 @@ class QuestTracker:
         self._fail = [
             [tuple(e.condition.preconditions) for e in q.fail_events] for q in self.quests
         ]
+        self._mandatory = [i for i, q in enumerate(self.quests) if not q.optional]
+        self._winnable = [i for i in self._mandatory if self._win[i]]
+        # An untriggered event can only become true through a fact the step adds, so
+        # only quests with an added condition fact are re-checked (repeatable quests,
+        # which can complete again without any change, always are).
+        self._always = [i for i, q in enumerate(self.quests) if q.repeatable]
+        self._by_fact: dict[Any, list[int]] = {}
+        for i in range(len(self.quests)):
+            for cond in self._win[i] + self._fail[i]:
+                for fact in cond:
+                    self._by_fact.setdefault(fact, []).append(i)
 
     def _done(self, i: int) -> bool:
-        quest = self.quests[i]
-        return self.failed[i] or (self.completions[i] > 0 and not quest.repeatable)
+        return self.failed[i] or (self.completions[i] > 0 and not self.quests[i].repeatable)
 
-    def observe(self, facts: frozenset | set) -> None:
-        """Update the quest states after the live game reached ``facts``."""
-        for i in range(len(self.quests)):
+    def _touched(self, added: Iterable[Any] | None) -> Iterable[int]:
+        if added is None:
+            return range(len(self.quests))
+        touched = set(self._always)
+        for fact in added:
+            touched.update(self._by_fact.get(fact, ()))
+        return sorted(touched)
+
+    def observe(self, facts: frozenset | set, previous: frozenset | set | None = None) -> None:
+        """Update the quest states after the live game went from ``previous`` to ``facts``."""
+        added = None if previous is None else facts - previous
+        for i in self._touched(added):
             if self._done(i):
                 continue
             if any(all(p in facts for p in cond) for cond in self._fail[i]):
@@ -121,19 +140,21 @@ class QuestTracker:
         def holds(p: Any) -> bool:
             return p in added or (p in facts and p not in removed)
 
-        points, completed, failed = 0, list(self.completions), list(self.failed)
-        for i, quest in enumerate(self.quests):
+        points, newly_completed, lost = 0, set(), False
+        for i in self._touched(added):
             if self._done(i):
                 continue
             if any(all(holds(p) for p in cond) for cond in self._fail[i]):
-                failed[i] = True
+                lost = lost or not self.quests[i].optional
             elif any(all(holds(p) for p in cond) for cond in self._win[i]):
-                completed[i] += 1
-                points += quest.reward
-        mandatory = [i for i, q in enumerate(self.quests) if not q.optional]
-        lost = any(failed[i] for i in mandatory)
-        winnable = [i for i in mandatory if self._win[i]]
-        won = bool(winnable) and not lost and all(completed[i] > 0 for i in winnable)
+                newly_completed.add(i)
+                points += self.quests[i].reward
+        lost = lost or any(self.failed[i] for i in self._mandatory)
+        won = (
+            bool(newly_completed)
+            and not lost
+            and all(self.completions[i] > 0 or i in newly_completed for i in self._winnable)
+        )
         return Outcome(points=points, won=won, lost=lost)
 
 
@@ -291,8 +312,8 @@ class AfterstateModel:
         self.quests = QuestTracker(self._quest_source)
         self.quests.observe(facts)
 
-    def observe(self, facts: frozenset | set) -> None:
-        self.quests.observe(facts)
+    def observe(self, facts: frozenset | set, previous: frozenset | set) -> None:
+        self.quests.observe(facts, previous)
 
     def predict(self, facts: frozenset | set, actions: Iterable[Any]) -> list[FactDelta]:
         """Distinct fact deltas of a command's logic actions (preferred action first)."""

@@ -108,8 +108,8 @@ register(
             "level": Option(
                 int,
                 1,
-                "difficulty: 1-100 quest length = level; 101-200 adds dead-end rooms "
-                "(<= 100 rooms in all)",
+                "difficulty: 1-100 a chain of `level` rooms; 101-150 / 201-233 add 1 / 2 "
+                "dead-end rooms per step (TextWorld 1.7 caps games at 100 rooms)",
                 min=1,
                 max=233,
             )
@@ -178,7 +178,8 @@ register(
     EnvSpec(
         "tw-file",
         make_file,
-        "a game compiled by TextWorld (tw-make): path to its .z8, with its .json beside it",
+        "a game compiled by TextWorld (tw-make): its .z8 with the .json beside it "
+        "(split, game_seed, num_games are unused)",
         {"path": Option(str, None, "path to the .z8 game file (required)")},
     )
 )
