@@ -25,6 +25,17 @@ TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 Mismatch = Literal["none", "tis", "icepop"]
 ScoreNorm = Literal["sum", "token", "word"]
 RolloutEngine = Literal["trainer", "perturbed", "bf16"]
+BudgetCurrency = Literal[  # the counters of rlid.budget.Budget that a run can be stopped at
+    "env_steps",
+    "episodes",
+    "decisions",
+    "forward_passes",
+    "tokens_processed",
+    "generated_samples",
+    "generated_tokens",
+    "optimizer_steps",
+    "wall_time",
+]
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -44,7 +55,14 @@ class TrainConfig:
     )
     model: str = _f("tiny", "'tiny' (embedded default) or a local Hugging Face model directory")
     steps: int = _f(
-        2000, "budget in env steps: training stops at the first iteration that reaches it"
+        2000,
+        "budget in budget_currency units (env steps by default): training stops at the "
+        "first iteration that reaches it",
+    )
+    budget_currency: BudgetCurrency = _f(
+        "env_steps",
+        "currency of the steps budget (a rlid.budget counter; wall_time in seconds of "
+        "training iterations)",
     )
     seed: int = _f(0, "seed for model init, rollouts, shuffling and games")
     threads: int = _f(2, "torch CPU threads (torch.set_num_threads)")
@@ -134,6 +152,11 @@ class TrainConfig:
                 "advantage='group' needs group_size >= 2 (a group of one has no baseline); "
                 "raise --group-size or use --advantage gae"
             )
+        if self.plane != "token" and self.budget_currency.startswith("generated_"):
+            raise ValueError(
+                f"budget_currency={self.budget_currency!r} never grows on the {self.plane} "
+                "plane (it generates no text); choose e.g. env_steps or forward_passes"
+            )
         if self.plane == "token" and self.advantage == "gae":
             raise ValueError("the token plane is critic-free: use --advantage group")
         if self.eval_episodes < 0 or self.eval_every < 0 or self.checkpoint_every < 1:
@@ -149,6 +172,10 @@ class TrainConfig:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["env_options"] = dict(self.env_options)
         out["interface"] = self.interface.to_dict()
+        if self.budget_currency == "env_steps":
+            # Left out at its default so configs (and checkpoint fingerprints) written
+            # before the field existed stay identical and resumable.
+            del out["budget_currency"]
         return out
 
     @classmethod

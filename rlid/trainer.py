@@ -282,7 +282,7 @@ def train(
         log.write_eval("before", before)
 
     bar = log.progress_bar(config.steps, budget.env_steps, enabled=progress)
-    while budget.env_steps < config.steps:
+    while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
         rng, gen = iteration_rngs(config.seed, iteration)
@@ -322,7 +322,8 @@ def train(
                 policy, eval_envs, config.eval_episodes, interface=config.interface
             )
         log.append_metrics(row)
-        if iteration % config.checkpoint_every == 0 or budget.env_steps >= config.steps:
+        spent = budget.get(config.budget_currency)
+        if iteration % config.checkpoint_every == 0 or spent >= config.steps:
             log.checkpoint(
                 model=model, tokenizer=tokenizer, value_head=value_head, optimizer=optimizer,
                 iteration=iteration, budget=budget,

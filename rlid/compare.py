@@ -1,0 +1,181 @@
+"""``rlid compare``: arms x environments x seeds under one budget, with a report.
+
+Runs every (arm, env, seed) of a comparison config (``rlid.compare_config``)
+sequentially, each a normal run directory ``OUT/runs/ARM-seedN`` trained by
+``run_training`` until the shared budget in the chosen currency is spent; then
+evaluates held-out games and writes ``OUT/report.md``, ``OUT/results.json`` and
+the plots (``rlid.compare_report``).
+
+Resumable at run granularity: a run whose ``eval.json`` has its "after"
+evaluation is reused as it is, a started one is resumed from its last checkpoint
+(``resume=True``), and a run directory written by a different config is refused
+before anything trains. So a killed comparison continues where it stopped.
+
+    rlid compare --config examples/compare_small.toml --out runs/compare_small
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlid import rundir
+from rlid.compare_config import CompareConfig, RunSpec, load_compare_config
+from rlid.config import TrainConfig
+from rlid.train_cli import run_training
+
+LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
+
+
+def run_state(run_dir: Path) -> str:
+    """``"finished"`` (held-out "after" evaluated), ``"started"`` or ``"new"``."""
+    eval_path = run_dir / "eval.json"
+    if eval_path.exists() and "after" in rundir.read_json(eval_path):
+        return "finished"
+    if (run_dir / "config.json").exists():
+        return "started"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ValueError(
+            f"{run_dir} holds files but no config.json; it is not a run of this comparison "
+            "(delete it or choose another --out)"
+        )
+    return "new"
+
+
+def check_existing_run(run: RunSpec, run_dir: Path) -> None:
+    """Refuse to reuse or resume a run directory trained with another config."""
+    if not (run_dir / "config.json").exists():
+        return
+    saved = TrainConfig.from_dict(rundir.read_json(run_dir / "config.json")["config"])
+    planned, found = run.config.to_dict(), saved.to_dict()
+    differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
+    if differing:
+        raise ValueError(
+            f"{run_dir} was trained with a different config (differs in: "
+            f"{', '.join(differing)}); use another --out, or delete that run to retrain it"
+        )
+
+
+def heldout_path(out: Path, run: RunSpec) -> Path:
+    return out / "heldout" / f"{run.name}.json"
+
+
+def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
+    """Held-out games with options other than training's: evaluate the final checkpoint.
+
+    When the held-out options equal the training options, the trainer's own
+    before/after evaluation (split="heldout") already is this evaluation.
+    """
+    from rlid.evaluation import evaluate_run
+
+    env = next(e for e in compare.envs if e.name == run.env)
+    path = heldout_path(out, run)
+    if env.heldout_matches_train or path.exists():
+        return
+    stats = evaluate_run(
+        out / "runs" / run.name, env=env.env_id, env_options=dict(env.heldout_options),
+        split="heldout", episodes=compare.heldout_episodes,
+    )  # fmt: skip
+    rundir.write_json(path, {"after": stats})
+
+
+def run_comparison(
+    compare: CompareConfig,
+    out: Path,
+    *,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train and evaluate every run (reusing finished ones), then write the report.
+
+    Returns the results dictionary that is also written to ``OUT/results.json``.
+    """
+    from rlid.compare_report import write_report
+
+    out = Path(out)
+    runs = compare.runs()
+    states = {}
+    for run in runs:  # every check before any training
+        run_dir = out / "runs" / run.name
+        states[run.name] = run_state(run_dir)
+        check_existing_run(run, run_dir)
+    rundir.write_json(out / "comparison.json", compare.to_dict())
+    ledger_path = out / LEDGER
+    ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
+
+    for i, run in enumerate(runs, 1):
+        run_dir = out / "runs" / run.name
+        state = states[run.name]
+        entry = ledger.setdefault(run.name, {"seconds": 0.0, "history": []})
+        if state == "finished":
+            say(f"[{i}/{len(runs)}] {run.name}: finished earlier, reused")
+            entry["history"].append("reused")
+        else:
+            verb = "resuming" if state == "started" else "training"
+            say(f"[{i}/{len(runs)}] {run.name}: {verb} ({run.config.plane}, seed {run.seed})")
+            start = time.perf_counter()
+            try:
+                if state == "started":
+                    run_training(None, run_dir, resume=True, progress=progress)
+                else:
+                    run_training(run.config, run_dir, resume=False, progress=progress)
+            finally:
+                entry["seconds"] += time.perf_counter() - start
+                entry["history"].append("resumed" if state == "started" else "trained")
+                rundir.write_json(ledger_path, ledger)
+            say(f"    {run.name}: done in {entry['seconds']:.1f}s")
+        evaluate_heldout(compare, run, out)
+    rundir.write_json(ledger_path, ledger)
+
+    results = write_report(compare, out, ledger=ledger)
+    say(f"report: {out / 'report.md'}")
+    return results
+
+
+# ----------------------------------------------------------------------------- CLI
+def _cmd_compare(args: argparse.Namespace) -> int:
+    compare = load_compare_config(args.config)  # every check before any run starts
+    if args.check:
+        print(json.dumps(compare.to_dict(), indent=2))
+        return 0
+    if args.out is None:
+        raise ValueError("--out DIR is required (where the runs and the report go)")
+    say = (lambda _msg: None) if args.quiet else print
+    run_comparison(compare, args.out, progress=not args.quiet, say=say)
+    if not args.quiet:
+        print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare arms (planes x algorithms) over seeds under one shared budget",
+        description=(
+            "Train every arm x env x seed of a comparison config under the same budget in "
+            "one currency, evaluate on held-out games, and write OUT/report.md (intervals "
+            "across seeds, learning curves against every budget currency, cost tables), "
+            "OUT/results.json and PNG plots. Rerunning with the same --out reuses finished "
+            "runs and resumes a stopped one."
+        ),
+    )
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="TOML",
+        help="comparison config (see examples/compare_small.toml and docs/compare.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="output directory: runs/ARM-seedN run directories, report.md, results.json, plots",
+    )  # fmt: skip
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"
+    )
+    p.add_argument(
+        "--check", action="store_true",
+        help="only validate the config and print it resolved as JSON (trains nothing)",
+    )  # fmt: skip
+    p.set_defaults(func=_cmd_compare)

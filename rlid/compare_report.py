@@ -1,0 +1,157 @@
+"""Collect a comparison's run directories into ``results.json``, ``report.md`` and plots.
+
+Everything here reads finished run directories (config, metrics rows with their
+budget counters and wall-time split, eval.json) and summarises across seeds; no
+model is loaded. Intervals are percentile bootstraps over seeds (``rlid.stats``),
+seeded, so the report is reproducible from the run directories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlid import rundir
+from rlid.budget import CURRENCIES, Budget
+from rlid.compare_config import CompareConfig, RunSpec
+from rlid.compare_curves import curves_for, plot_currency, plot_heldout
+from rlid.stats import bootstrap_mean
+
+HELDOUT_METRICS = ("success", "return", "normalized_score", "episode_length", "invalid_rate")
+BOOTSTRAP_SEED = 0
+
+
+def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
+    """Metrics rows, final budget and held-out before/after of one finished run."""
+    run_dir = out / "runs" / run.name
+    rows = rundir.read_metrics(run_dir)
+    evals = rundir.read_json(run_dir / "eval.json")
+    heldout = {"before": evals.get("before"), "after": evals.get("after")}
+    separate = out / "heldout" / f"{run.name}.json"
+    if separate.exists():  # held-out options differ from training: evaluated separately
+        heldout = {"before": None, **rundir.read_json(separate)}
+    final = rows[-1]["budget"] if rows else Budget().to_dict()
+    return {
+        "name": run.name,
+        "arm": run.arm,
+        "env": run.env,
+        "seed": run.seed,
+        "dir": str(Path("runs") / run.name),
+        "model_origin": evals.get("model_origin"),
+        "iterations": len(rows),
+        "final_budget": final,
+        "heldout": heldout,
+        "rows": rows,
+    }
+
+
+def _interval(values: list[float]) -> dict[str, float] | None:
+    return bootstrap_mean(values, seed=BOOTSTRAP_SEED).to_dict() if values else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def summarise_arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across-seed summary of one arm on one env."""
+    heldout = {}
+    for key in ("before", "after"):
+        evals = [r["heldout"][key] for r in runs if r["heldout"].get(key)]
+        heldout[key] = {m: _interval([e[m] for e in evals if m in e]) for m in HELDOUT_METRICS}
+    budgets = [r["final_budget"] for r in runs]
+    final = {k: _mean([b.get(k, 0) for b in budgets]) for k in Budget().to_dict()}
+    rows = [row for r in runs for row in r["rows"]]
+    spent = {k: sum(b.get(k, 0) for b in budgets) for k in Budget().to_dict()}
+    per = max(spent["decisions"], 1)
+    costs = {
+        "forward_passes_per_decision": spent["forward_passes"] / per,
+        "tokens_per_decision": spent["tokens_processed"] / per,
+        "generated_tokens_per_decision": spent["generated_tokens"] / per,
+        "forward_passes_per_env_step": spent["forward_passes"] / max(spent["env_steps"], 1),
+    }
+    invalid = {
+        "train_invalid_rate": spent["invalid_actions"] / max(spent["env_steps"], 1),
+        "train_unparsed_rate": _mean(
+            [row["unparsed_rate"] for row in rows if "unparsed_rate" in row]
+        ),
+        "heldout_invalid_rate": heldout["after"]["invalid_rate"],
+    }
+    samples = None
+    if any("used_samples" in row for row in rows):
+        n = len(runs)
+        samples = {
+            "generated_samples": sum(row["generated_samples"] for row in rows) / n,
+            "used_samples": sum(row["used_samples"] for row in rows) / n,
+            "filtered_samples": sum(row["filtered_samples"] for row in rows) / n,
+            "generation_rounds_per_iteration": _mean([row["generation_rounds"] for row in rows]),
+        }
+    phases: dict[str, float] = {}
+    for row in rows:
+        for phase, seconds in (row.get("time") or {}).items():
+            phases[phase] = phases.get(phase, 0.0) + seconds / len(runs)
+    return {
+        "seeds": [r["seed"] for r in runs],
+        "heldout": heldout,
+        "final_budget": final,
+        "final_budget_range": {k: [min(b.get(k, 0) for b in budgets),
+                                   max(b.get(k, 0) for b in budgets)] for k in CURRENCIES},
+        "iterations": _mean([r["iterations"] for r in runs]),
+        "costs": costs,
+        "invalid": invalid,
+        "samples": samples,
+        "time_split": phases,
+    }  # fmt: skip
+
+
+def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[str, Any]:
+    """The full results dictionary (what ``results.json`` holds), plots not included."""
+    runs = [load_run(out, run) for run in compare.runs()]
+    for r in runs:
+        r["seconds"] = ledger.get(r["name"], {}).get("seconds")
+    envs = {}
+    for env in compare.envs:
+        by_arm = {a.name: [r for r in runs if r["arm"] == a.name and r["env"] == env.name]
+                  for a in compare.arms}  # fmt: skip
+        arms = {}
+        for arm, arm_runs in by_arm.items():
+            arms[arm] = summarise_arm(arm_runs)
+            arms[arm]["run_seconds"] = _mean([r["seconds"] for r in arm_runs if r["seconds"]])
+        curves = curves_for({arm: [r["rows"] for r in rs] for arm, rs in by_arm.items()})
+        envs[env.name] = {"arms": arms, "curves": curves}
+    return {
+        "comparison": compare.to_dict(),
+        "interface_differences": {
+            arm: {f: list(v) for f, v in diff.items()}
+            for arm, diff in compare.interface_diffs().items()
+        },
+        "model_origins": sorted({str(r["model_origin"]) for r in runs}),
+        "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
+        "envs": envs,
+    }
+
+
+def write_report(compare: CompareConfig, out: Path, *, ledger: dict[str, Any]) -> dict[str, Any]:
+    """Write ``results.json``, ``report.md`` and the PNG plots; return the results."""
+    from rlid.compare_text import format_report
+
+    results = collect(compare, out, ledger)
+    plots: dict[str, dict[str, str]] = {}
+    for env_name, env in results["envs"].items():
+        plots[env_name] = {}
+        for currency, entry in env["curves"].items():
+            if all(c is None for c in entry["curves"]["success"].values()):
+                continue  # no arm spends this currency
+            budget = compare.amount if currency == compare.currency else None
+            path = out / "plots" / f"curves-{env_name}-{currency}.png"
+            plot_currency(entry, currency, env_name, path, budget=budget)
+            plots[env_name][currency] = str(path.relative_to(out))
+        path = out / "plots" / f"heldout-{env_name}.png"
+        plot_heldout(env["arms"], env_name, path)
+        plots[env_name]["heldout"] = str(path.relative_to(out))
+    results["plots"] = plots
+    rundir.write_json(out / "results.json", results)
+    rundir.atomic_write_text(out / "report.md", format_report(results))
+    return results

@@ -1,0 +1,257 @@
+"""The markdown of a comparison report, from the results dictionary alone.
+
+Order follows DESIGN.md §8: what differed between arms (interface) first, then
+the shared budget and seeds, held-out results with intervals, the budget spent in
+every currency, who leads on each currency's axis, and the cost tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlid.budget import CURRENCIES
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.{digits}f}"
+    return f"{int(value):,}" if abs(value) >= 1 else f"{value:.{digits}f}"
+
+
+def _iv(entry: dict[str, float] | None) -> str:
+    if not entry:
+        return "n/a"
+    return f"{entry['mean']:.2f} [{entry['low']:.2f}, {entry['high']:.2f}]"
+
+
+def _names(arms: list[str] | None) -> str:
+    if not arms:
+        return "n/a"
+    return " = ".join(arms) + (" (tie)" if len(arms) > 1 else "")
+
+
+def format_report(results: dict[str, Any]) -> str:
+    comp = results["comparison"]
+    budget = comp["budget"]
+    unit = " s of training" if budget["currency"] == "wall_time" else ""
+    lines = [
+        f"# Comparison: {comp['name']}",
+        "",
+        f"Budget: **{budget['amount']:,}{unit} {budget['currency']}** per run, the same for "
+        f"every arm (a run stops at the first iteration that reaches it). "
+        f"Seeds: {', '.join(map(str, comp['seeds']))}. Held-out: "
+        f"{comp['heldout_episodes']} greedy episodes per run on split='heldout'. "
+        f"Model origin: {', '.join(results['model_origins'])}.",
+        "",
+    ]
+    lines += _interface_section(results)
+    lines += _arms_section(comp)
+    for env_name, env in results["envs"].items():
+        lines += _env_sections(env_name, env, comp, results["plots"].get(env_name, {}))
+    lines += _runs_section(results["runs"])
+    return "\n".join(lines)
+
+
+def _interface_section(results: dict[str, Any]) -> list[str]:
+    comp = results["comparison"]
+    diffs = results["interface_differences"]
+    lines = ["## Interface differences", ""]
+    if diffs:
+        lines.append(
+            "These arms saw something other than the shared interface (declared in "
+            f"`interface_differences = {comp['interface_differences']}`):"
+        )
+        lines.append("")
+        rows = [[arm, f"`{field}`", repr(v[0]), repr(v[1])]
+                for arm, diff in diffs.items() for field, v in diff.items()]  # fmt: skip
+        lines += _table(["arm", "field", "shared", "this arm"], rows)
+    else:
+        lines += ["None: every arm saw the same interface.", ""]
+    shared = ", ".join(f"{k}={v!r}" for k, v in comp["interface"].items())
+    return lines + [f"Shared interface: {shared}.", ""]
+
+
+def _arms_section(comp: dict[str, Any]) -> list[str]:
+    lines = ["## Arms", ""]
+    defaults = ", ".join(f"{k}={v!r}" for k, v in comp["defaults"].items()) or "none"
+    rows = []
+    for arm in comp["arms"]:
+        opts = ", ".join(f"{k}={v!r}" for k, v in arm["options"].items()) or "-"
+        rows.append([arm["name"], arm["plane"], arm["algorithm"], opts])
+    lines += _table(["arm", "plane", "algorithm", "options (over the defaults)"], rows)
+    lines.append(f"Defaults of every arm: {defaults}.")
+    for env in comp["envs"]:
+        same = env["train_options"] == env["heldout_options"]
+        held = "the same options" if same else f"options {env['heldout_options']}"
+        lines.append(
+            f"Env `{env['name']}`: {env['id']} with options {env['train_options']}; "
+            f"held-out games: split='heldout', {held}."
+        )
+    return lines + [""]
+
+
+def _env_sections(
+    env_name: str, env: dict[str, Any], comp: dict[str, Any], plots: dict[str, str]
+) -> list[str]:
+    arms = env["arms"]
+    currency = comp["budget"]["currency"]
+    n_seeds = len(comp["seeds"])
+    lines = [f"## Held-out results: {env_name}", ""]
+    rows = []
+    for arm, s in arms.items():
+        after, before = s["heldout"]["after"], s["heldout"]["before"]
+        rows.append([
+            arm, _iv(after["success"]), _iv(after["return"]), _iv(after["normalized_score"]),
+            _num((after["episode_length"] or {}).get("mean")),
+            _num((before["success"] or {}).get("mean")), _num((before["return"] or {}).get("mean")),
+        ])  # fmt: skip
+    lines += _table(
+        ["arm", "success", "return", "normalized score", "episode length",
+         "success before", "return before"], rows,
+    )  # fmt: skip
+    lines.append(
+        f"Mean over {n_seeds} seed(s) with a 95% percentile-bootstrap interval over seeds "
+        "(with few seeds the interval is rough and cannot exceed the observed range)."
+    )
+    if "heldout" in plots:
+        lines += ["", f"![held-out]({plots['heldout']})"]
+    lines += ["", f"## Budget spent: {env_name}", ""]
+    rows = [[arm] + [_num(s["final_budget"][c], 1) for c in CURRENCIES] for arm, s in arms.items()]
+    lines += _table(["arm"] + list(CURRENCIES), rows)
+    spans = ", ".join(
+        f"{arm} {_num(s['final_budget_range'][currency][0])}-"
+        f"{_num(s['final_budget_range'][currency][1])}"
+        for arm, s in arms.items()
+    )
+    lines += [
+        f"Mean final counters over seeds. In the budget currency ({currency}, amount "
+        f"{comp['budget']['amount']:,}) the runs ended at: {spans} (each overshoots by at "
+        "most its last iteration).",
+        "",
+    ]
+    lines += _leader_section(env_name, env, plots, currency)
+    lines += _cost_sections(env_name, arms)
+    return lines
+
+
+def _leader_section(
+    env_name: str, env: dict[str, Any], plots: dict[str, str], budget_currency: str
+) -> list[str]:
+    arm_names = list(env["arms"])
+    lines = [
+        f"## Learning curves against every currency: {env_name}",
+        "",
+        "Training-rollout success per iteration against the cumulative spend in each "
+        "currency (mean over seeds of step curves). Arms are compared on the window every "
+        "arm reached: value at its end (success / return) and AUC (mean success over the "
+        "window). The leader can change with the currency.",
+        "",
+    ]
+    rows = []
+    for currency, entry in env["curves"].items():
+        lead = entry["leaders"]
+        window = lead["window"]
+        cells = []
+        for arm in arm_names:
+            stats = lead["arms"].get(arm)
+            if entry["curves"]["success"][arm] is None:
+                cells.append("spends none")
+            elif stats is None:
+                cells.append("n/a")
+            else:
+                cells.append(
+                    f"{_num(stats['success']['at_end'])} / {_num(stats['return']['at_end'])} "
+                    f"(AUC {_num(stats['success']['auc'])})"
+                )
+        if window is None:
+            span = "fewer than two arms spend it"
+        elif window[0] > window[1]:
+            span = "no common window"
+        else:
+            span = f"{_num(window[0])}-{_num(window[1])}"
+        name = f"**{currency}**" if currency == budget_currency else currency
+        rows.append(
+            [name, span] + cells + [_names(lead["leader_at_end"]), _names(lead["leader_auc"])]
+        )
+    lines += _table(
+        ["currency", "common window"] + arm_names + ["leader at end", "leader by AUC"], rows
+    )
+    for currency in CURRENCIES:
+        if currency in plots:
+            lines.append(f"![{currency}]({plots[currency]})")
+    return lines + [""]
+
+
+def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
+    lines = [f"## Invalid actions: {env_name}", ""]
+    rows = [[arm, _num(s["invalid"]["train_invalid_rate"], 3),
+             _num(s["invalid"]["train_unparsed_rate"], 3),
+             _iv(s["invalid"]["heldout_invalid_rate"])] for arm, s in arms.items()]  # fmt: skip
+    lines += _table(
+        ["arm", "training invalid-action rate", "training unparsed rate", "held-out invalid rate"],
+        rows,
+    )
+    lines.append(
+        "Menu arms choose among legal rows, so their rate is 0 by construction; a token-plane "
+        "command that does not parse to a legal action is a no-op step."
+    )
+    lines += ["", f"## Generated vs used samples: {env_name}", ""]
+    rows = [[arm, _num(s["samples"]["generated_samples"], 1), _num(s["samples"]["used_samples"], 1),
+             _num(s["samples"]["filtered_samples"], 1),
+             _num(s["samples"]["generation_rounds_per_iteration"])]
+            for arm, s in arms.items() if s["samples"]]  # fmt: skip
+    if rows:
+        lines += _table(
+            ["arm", "generated", "used in updates", "filtered", "generation rounds / iteration"],
+            rows,
+        )
+        lines.append(
+            "Per run (mean over seeds); DAPO's dynamic sampling drops zero-variance groups, "
+            "and every dropped sample is still counted in the budget."
+        )
+    else:
+        lines.append("No token-plane arm: no generated samples.")
+    lines += ["", f"## Cost per decision: {env_name}", ""]
+    rows = [[arm, _num(c["forward_passes_per_decision"], 3), _num(c["tokens_per_decision"], 1),
+             _num(c["generated_tokens_per_decision"], 2), _num(c["forward_passes_per_env_step"], 3)]
+            for arm, c in ((a, s["costs"]) for a, s in arms.items())]  # fmt: skip
+    lines += _table(
+        ["arm", "forward passes / decision", "tokens processed / decision",
+         "generated tokens / decision", "forward passes / env step"], rows,
+    )  # fmt: skip
+    lines.append(
+        "Forward passes are batched calls (rollout and update); tokens processed count "
+        "every prompt and completion token they read."
+    )
+    lines += ["", f"## Wall-time split: {env_name}", ""]
+    phases = sorted({p for s in arms.values() for p in s["time_split"]})
+    rows = []
+    for arm, s in arms.items():
+        split = s["time_split"]
+        rows.append(
+            [arm]
+            + [_num(split.get(p, 0.0), 1) for p in phases]
+            + [_num(s["final_budget"]["wall_time"], 1), _num(s["run_seconds"], 1)]
+        )
+    lines += _table(["arm"] + phases + ["training total", "whole run"], rows)
+    lines.append(
+        "Seconds per run, mean over seeds. Training total = the wall_time counter (training "
+        "iterations); whole run adds model loading, held-out evaluation, checkpoints and "
+        "plots (reused runs keep the time measured when they were trained)."
+    )
+    return lines + [""]
+
+
+def _runs_section(runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["## Runs", ""]
+    rows = [[f"`{r['dir']}`", r["arm"], str(r["seed"]), str(r["iterations"]),
+             _num(r.get("seconds"), 1)] for r in runs]  # fmt: skip
+    return lines + _table(["run directory", "arm", "seed", "iterations", "seconds"], rows)
