@@ -152,7 +152,11 @@ def test_identity_check_is_not_tautological():
 def test_control_wording_dependent_advantage_breaks_the_premise(tiny_scores):
     wording_set, scores = tiny_scores["kitchen"]
     atoms = plain_atoms(scores, wording_set)
+    plain = decompose(atoms, scores)
     bonus = decompose(wording_bonus_atoms(atoms, wording_set.canonical_mask, 0.5), scores)
+    # the wording part is centred within each action: the decision estimator is unchanged
+    assert bonus.trace_cov_action == pytest.approx(plain.trace_cov_action, rel=1e-12)
+    torch.testing.assert_close(bonus.mean_action, plain.mean_action)
     assert bonus.mean_gap_rel > 1e-2
     assert bonus.identity_residual_rel > 1e-6
 
