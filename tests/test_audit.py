@@ -114,6 +114,23 @@ def test_identity_exact_on_larger_model(tokenizer):
         assert d.mean_gap_rel <= TOL
 
 
+def test_identity_exact_on_qwen2(tokenizer):
+    """Another architecture (Qwen2: grouped KV heads, untied head), all parameters."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        model = float64_copy(Qwen2ForCausalLM(config))
+    wording_set, scores = _scores(model, tokenizer, "hallway", params=None)
+    d = decompose(plain_atoms(scores, wording_set), scores)
+    assert d.identity_residual_rel <= TOL and d.mean_gap_rel <= TOL
+    assert score_mean_rel(scores) <= TOL
+
+
 def test_identity_check_is_not_tautological():
     """Scores that break E[∇log π̃(y) | a] = ∇log π̃(a) make the residual non-zero."""
     gen = torch.Generator().manual_seed(0)
