@@ -164,6 +164,7 @@ def _generate_entry(key: Mapping[str, Any], final: Path) -> None:
         manifest = {name: [(tmp / name).stat().st_size, _sha256(tmp / name)] for name in GAME_FILES}
         # key.json is written last: its presence marks a complete entry.
         (tmp / "key.json").write_text(json.dumps({"key": key, "manifest": manifest}, indent=1))
+        tmp.chmod(0o755)  # mkdtemp makes it private; a shared cache must stay readable
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

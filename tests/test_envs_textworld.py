@@ -107,8 +107,8 @@ def test_invalid_action_is_a_noop_and_non_str_raises():
 
 
 def test_game_pool_splits_are_disjoint():
-    train = envs.make(TINY[0], **TINY[1], split="train", game_seed=0).unwrapped
-    heldout = envs.make(TINY[0], **TINY[1], split="heldout", game_seed=0).unwrapped
+    train = make("tw-treasure_hunter", split="train").unwrapped
+    heldout = make("tw-treasure_hunter", split="heldout").unwrapped
     train.reset(seed=0), heldout.reset(seed=0)
     assert train._current.path != heldout._current.path
     assert "-0-" in train._current.path.parent.name
@@ -224,12 +224,32 @@ def test_bad_game_files(tmp_path):
 
 
 # --------------------------------------------------------------------- cache
-def test_cache_detects_and_regenerates_corrupt_entries(private_cache):
+def test_cache_generates_once_and_regenerates_corrupt_entries(private_cache, monkeypatch):
+    calls = []
+    real = tw_cache.generate_game
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tw_cache, "generate_game", counting)
     challenge, settings = TINY
-    path = tw_cache.ensure_game(challenge, settings, 0)
+    results: list[Path] = []
+    threads = [  # concurrent requests: one generation, one entry, nothing left over
+        threading.Thread(target=lambda: results.append(tw_cache.ensure_game(*TINY, 0)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 3 and len(set(results)) == 1 and len(calls) == 1
+    path = results[0]
     entry = path.parent
     assert path.is_relative_to(private_cache)
+    assert [p.name for p in entry.parent.iterdir() if p.name.startswith(".")] == []
     assert tw_cache.validate_entry(entry) is None
+
     key_file = entry / "key.json"
     key_text = key_file.read_text()
     key_file.unlink()  # an incomplete entry (key.json is written last)
@@ -239,28 +259,6 @@ def test_cache_detects_and_regenerates_corrupt_entries(private_cache):
     path.write_bytes(original[:1000])  # a truncated story
     assert "does not match its manifest" in tw_cache.validate_entry(entry)
     assert tw_cache.ensure_game(challenge, settings, 0) == path  # regenerated
+    assert len(calls) == 2
     assert path.read_bytes() == original and tw_cache.validate_entry(entry) is None
     assert sorted(p.name for p in entry.iterdir()) == ["game.json", "game.z8", "key.json"]
-
-
-def test_cache_concurrent_requests_generate_once(private_cache, monkeypatch):
-    calls = []
-    real = tw_cache.generate_game
-
-    def counting(*args, **kwargs):
-        calls.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tw_cache, "generate_game", counting)
-    results: list[Path] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(tw_cache.ensure_game(*TINY, 3)))
-        for _ in range(3)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 3 and len(set(results)) == 1 and len(calls) == 1
-    leftovers = [p.name for p in tw_cache.games_dir().iterdir() if p.name.startswith(".")]
-    assert leftovers == []
