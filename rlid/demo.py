@@ -19,7 +19,7 @@ from rlid.config import TrainConfig
 # A setting that learns visibly in minutes on 2 CPU cores (see README "Demo").
 DEMO_ENV = "tw-coin_collector"
 DEMO_ENV_OPTIONS = {"level": 2, "max_episode_steps": 8, "num_games": 32}
-DEMO_STEPS = 1600
+DEMO_STEPS = 3000
 
 
 def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int) -> TrainConfig:
