@@ -149,7 +149,10 @@ def plot_currency(
                 ax.plot([], [], color=color, label=f"{arm} (spends none)")
                 continue
             label = f"{arm} ({curve['seeds']} seeds)"
-            ax.step(curve["x"], curve["mean"], where="post", color=color, label=label)
+            ax.step(
+                curve["x"], curve["mean"], where="post", color=color, label=label,
+                marker="o", markersize=3,
+            )  # fmt: skip
             ax.fill_between(
                 curve["x"], curve["min"], curve["max"], step="post", color=color, alpha=0.15
             )

@@ -1,0 +1,271 @@
+"""Tests of ``rlid compare``: config checks, budget matching, resume, bootstrap, curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlid import compare as compare_mod
+from rlid.cli import main as cli_main
+from rlid.compare_config import CompareConfigError, parse_compare_config
+from rlid.compare_curves import curves_for
+from rlid.rundir import read_metrics
+from rlid.runlog import RunLog
+from rlid.stats import bootstrap_mean
+
+TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 5}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # A private cache: "tiny" is then the fresh initialisation, whatever this machine cached.
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def tiny_comparison(**changes) -> dict:
+    """Two arms (decision PPO, token GRPO), one seed, a few env steps."""
+    data = {
+        "name": "tiny",
+        "seeds": [0],
+        "heldout_episodes": 2,
+        "budget": {"currency": "env_steps", "amount": 30},
+        "interface": {"memory": "none"},
+        "defaults": {
+            "groups_per_iter": 2, "group_size": 2, "epochs": 1, "minibatch_size": 8,
+            "threads": 1, "max_new_tokens": 4,
+        },
+        "envs": [{"id": "keydoor", "options": dict(TINY_ENV)}],
+        "arms": {
+            "decision": {"plane": "decision"},
+            "grpo": {"plane": "token", "algorithm": "grpo"},
+        },
+    }  # fmt: skip
+    data.update(changes)
+    return data
+
+
+def to_toml(data: dict) -> str:
+    """Just enough TOML for these configs (tables of scalars, lists, inline tables)."""
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
+        return repr(v)
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if k not in ("envs", "arms")]
+    lines += [f"envs = {value(data['envs'])}"] if "envs" in data else []
+    for name, arm in data.get("arms", {}).items():
+        lines += [f"[arms.{name}]"] + [f"{k} = {value(v)}" for k, v in arm.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------- config checks
+def test_interface_mismatch_is_refused_unless_declared():
+    arms = {
+        "decision": {"plane": "decision"},
+        "grpo": {
+            "plane": "token", "algorithm": "grpo",
+            "interface": {"show_legal_to_token_plane": False},
+        },
+    }  # fmt: skip
+    with pytest.raises(CompareConfigError, match=r"arms\.grpo\.interface.*show_legal_to_token"):
+        parse_compare_config(tiny_comparison(arms=arms))
+    declared = parse_compare_config(
+        tiny_comparison(arms=arms, interface_differences=["show_legal_to_token_plane"])
+    )
+    assert declared.interface_diffs() == {"grpo": {"show_legal_to_token_plane": (True, False)}}
+    runs = {r.name: r.config for r in declared.runs()}
+    assert runs["grpo-seed0"].interface.show_legal_to_token_plane is False
+    assert runs["decision-seed0"].interface.show_legal_to_token_plane is True
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"budgt": {}}, r"^budgt: unknown key"),
+        ({"budget": {"currency": "coins", "amount": 5}}, r"budget\.currency: 'coins'"),
+        ({"budget": {"currency": "env_steps", "amount": 0}}, r"budget\.amount"),
+        (
+            {"budget": {"currency": "generated_tokens", "amount": 9}},
+            r"never grows on arms\.decision",
+        ),
+        ({"defaults": {"steps": 10}}, r"defaults\.steps: set by the comparison.*\[budget\] amount"),
+        ({"defaults": {"lrr": 0.1}}, r"defaults\.lrr: unknown TrainConfig key"),
+        ({"seeds": []}, r"^seeds:"),
+        ({"interface": {"memry": "none"}}, r"interface\.memry: unknown key"),
+        ({"interface_differences": ["colour"]}, r"interface_differences: 'colour'"),
+        ({"envs": [{"id": "nope"}]}, r"envs\[0\].*unknown env id 'nope'"),
+        ({"envs": [{"id": "keydoor", "options": {"size": 99}}]}, r"envs\[0\] \(train options\)"),
+        ({"envs": [{"id": "keydoor", "train": {"split": "heldout"}}]}, r"envs\[0\]\.train\.split"),
+        ({"arms": {"a": {"plane": "token", "algorithm": "ppo"}}}, r"arms\.a\.algorithm: 'ppo'"),
+        ({"arms": {"a": {"plane": "decision", "options": {"lr": -1.0}}}}, r"arms\.a .*lr must be"),
+        ({"arms": {"a b": {"plane": "decision"}}}, r"arms\.a b: 'a b' must be"),
+    ],
+)
+def test_bad_config_names_the_key(changes, key):
+    with pytest.raises(CompareConfigError, match=key):
+        parse_compare_config(tiny_comparison(**changes))
+
+
+def test_cli_refuses_a_bad_config_before_any_run(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text(to_toml(tiny_comparison(defaults={"lrr": 0.1})))
+    out = tmp_path / "out"
+    assert cli_main(["compare", "--config", str(path), "--out", str(out), "--quiet"]) == 2
+    assert "defaults.lrr" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_shipped_example_config_is_valid():
+    from rlid.compare_config import load_compare_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "compare_small.toml"
+    compare = load_compare_config(example)
+    assert len(compare.seeds) >= 3 and compare.currency == "env_steps"
+    algos = {(a.plane, a.algorithm) for a in compare.arms}
+    assert {("decision", "ppo"), ("scoring", "ppo"), ("token", "grpo"), ("token", "dapo")} <= algos
+
+
+# ------------------------------------------------------------------------- end to end
+def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path):
+    arms = {
+        "decision": {"plane": "decision"},
+        "grpo": {
+            "plane": "token", "algorithm": "grpo",
+            "interface": {"show_legal_to_token_plane": False},
+        },
+    }  # fmt: skip
+    data = tiny_comparison(
+        arms=arms,
+        interface_differences=["show_legal_to_token_plane"],
+        budget={"currency": "forward_passes", "amount": 20},
+    )
+    compare = parse_compare_config(data)
+    results = compare_mod.run_comparison(compare, tmp_path, progress=False, say=lambda m: None)
+
+    for run in compare.runs():
+        rows = read_metrics(tmp_path / "runs" / run.name)
+        spent = [row["budget"]["forward_passes"] for row in rows]
+        # stops at the first iteration that reaches the budget: within one iteration of it
+        assert spent[-1] >= 20 and all(s < 20 for s in spent[:-1]), (run.name, spent)
+    arms_summary = results["envs"]["keydoor"]["arms"]
+    assert set(arms_summary) == {"decision", "grpo"}
+    assert (
+        arms_summary["grpo"]["samples"] is not None and arms_summary["decision"]["samples"] is None
+    )
+    report = (tmp_path / "report.md").read_text()
+    assert report.index("## Interface differences") < report.index("## Held-out results")
+    assert "show_legal_to_token_plane" in report.split("## Arms")[0]
+    assert (tmp_path / "plots" / "curves-keydoor-forward_passes.png").exists()
+    assert (tmp_path / "plots" / "heldout-keydoor.png").exists()
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["comparison"]["budget"] == {"currency": "forward_passes", "amount": 20}
+
+
+def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch):
+    compare = parse_compare_config(tiny_comparison())
+    first, second = [r.name for r in compare.runs()]
+    real_run_training = compare_mod.run_training
+    real_checkpoint = RunLog.checkpoint
+    calls: list[tuple[str, bool]] = []
+
+    def killed_in_second_run(config, out, *, resume, progress=True):
+        calls.append((Path(out).name, resume))
+        if len(calls) == 2:  # die right after the 2nd run's first checkpoint
+
+            def checkpoint_then_die(self, **kw):
+                real_checkpoint(self, **kw)
+                raise RuntimeError("killed")
+
+            monkeypatch.setattr(RunLog, "checkpoint", checkpoint_then_die)
+        return real_run_training(config, out, resume=resume, progress=progress)
+
+    monkeypatch.setattr(compare_mod, "run_training", killed_in_second_run)
+    with pytest.raises(RuntimeError, match="killed"):
+        compare_mod.run_comparison(compare, tmp_path, progress=False, say=lambda m: None)
+    monkeypatch.setattr(RunLog, "checkpoint", real_checkpoint)
+    assert calls == [(first, False), (second, False)]
+    finished = tmp_path / "runs" / first / "eval.json"
+    stamp = finished.stat().st_mtime_ns
+    assert len(read_metrics(tmp_path / "runs" / second)) == 1  # one iteration, then killed
+
+    calls.clear()
+
+    def counting(config, out, *, resume, progress=True):
+        calls.append((Path(out).name, resume))
+        return real_run_training(config, out, resume=resume, progress=progress)
+
+    monkeypatch.setattr(compare_mod, "run_training", counting)
+    compare_mod.run_comparison(compare, tmp_path, progress=False, say=lambda m: None)
+    assert calls == [(second, True)]  # the finished run is reused, the killed one resumed
+    assert finished.stat().st_mtime_ns == stamp
+    rows = read_metrics(tmp_path / "runs" / second)
+    assert [row["iteration"] for row in rows] == list(range(1, len(rows) + 1))
+    assert len(rows) >= 2 and rows[-1]["budget"]["env_steps"] >= 30
+    assert (tmp_path / "report.md").exists()
+
+    # a changed config does not silently reuse runs trained with the old one
+    changed = parse_compare_config(tiny_comparison(budget={"currency": "env_steps", "amount": 40}))
+    with pytest.raises(ValueError, match="different config .*steps"):
+        compare_mod.run_comparison(changed, tmp_path, progress=False, say=lambda m: None)
+
+
+# ---------------------------------------------------------------------- statistics
+def test_bootstrap_interval_of_the_mean_on_normal_samples():
+    mu, sigma, n, reps = 0.3, 2.0, 25, 300
+    rng = np.random.default_rng(123)
+    covered, widths = 0, []
+    for rep in range(reps):
+        sample = rng.normal(mu, sigma, size=n)
+        iv = bootstrap_mean(sample.tolist(), resamples=2000, seed=rep)
+        assert iv.low <= iv.mean <= iv.high and iv.mean == pytest.approx(sample.mean())
+        covered += iv.covers(mu)
+        widths.append(iv.high - iv.low)
+    # The percentile bootstrap slightly under-covers at small n (it ignores the t-tail).
+    assert 0.88 <= covered / reps <= 0.98
+    assert np.mean(widths) == pytest.approx(2 * 1.96 * sigma / np.sqrt(n), rel=0.1)
+
+
+def test_bootstrap_is_seeded_and_checks_its_input():
+    values = [0.1, 0.4, 0.35, 0.8]
+    assert bootstrap_mean(values, seed=5) == bootstrap_mean(values, seed=5)
+    single = bootstrap_mean([0.7])
+    assert (single.low, single.mean, single.high) == (0.7, 0.7, 0.7)
+    with pytest.raises(ValueError, match="non-empty"):
+        bootstrap_mean([])
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_mean(values, level=1.5)
+
+
+def test_the_leader_can_change_with_the_currency():
+    def row(env_steps, forward_passes, success):
+        budget = {"env_steps": env_steps, "forward_passes": forward_passes}
+        budget = {**dict.fromkeys(("episodes", "decisions", "tokens_processed",
+                                   "generated_samples", "generated_tokens", "optimizer_steps",
+                                   "wall_time"), 0), **budget}  # fmt: skip
+        return {"budget": budget, "success": success, "return": success}
+
+    # A needs 2 forward passes per env step; B needs 1.
+    arm_a = [row(10, 20, 0.2), row(20, 40, 1.0)]
+    arm_b = [row(5, 5, 0.5), row(10, 10, 0.6), row(15, 15, 0.7), row(20, 20, 0.8)]
+    curves = curves_for({"A": [arm_a], "B": [arm_b]})
+
+    steps = curves["env_steps"]["leaders"]
+    assert steps["window"] == [10.0, 20.0]
+    assert steps["leader_at_end"] == ["A"]  # 1.0 vs 0.8 at 20 env steps
+    assert steps["arms"]["A"]["success"]["auc"] == pytest.approx(0.2)  # 0.2 on [10, 20)
+    assert steps["arms"]["B"]["success"]["auc"] == pytest.approx(0.65)  # 0.6, then 0.7
+    assert steps["leader_auc"] == ["B"]
+    passes = curves["forward_passes"]["leaders"]
+    assert passes["window"] == [20.0, 20.0]
+    assert passes["leader_at_end"] == ["B"]  # with 20 forward passes A is still at 0.2
+    assert curves["episodes"]["leaders"]["window"] is None  # nobody spends it
