@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field, fields
@@ -154,7 +155,10 @@ def load_wordings(path: str | Path) -> dict[str, tuple[str, ...]]:
             f"...]}}, got {type(data).__name__}"
         )
     wordings: dict[str, tuple[str, ...]] = {}
-    for action, listed in data.items():
+    for raw_action, listed in data.items():
+        action = " ".join(raw_action.split())
+        if not action or action in wordings:
+            raise ValueError(f"action {raw_action!r} in {str(path)!r} is empty or listed twice")
         if not isinstance(listed, list) or not all(isinstance(w, str) for w in listed):
             raise ValueError(f"wordings of {action!r} must be a list of strings, got {listed!r}")
         if not listed:
@@ -177,6 +181,8 @@ def parse_advantages(pairs: tuple[str, ...], actions: tuple[str, ...]) -> dict[s
             parsed[action] = float(value)
         except ValueError:
             raise ValueError(f"advantage {pair!r}: {value!r} is not a number") from None
+        if not math.isfinite(parsed[action]):
+            raise ValueError(f"advantage {pair!r} is not finite")
     return parsed
 
 

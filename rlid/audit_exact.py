@@ -59,6 +59,8 @@ class WordingSet:
             for wording in wordings:
                 if not wording.strip():
                     raise ValueError(f"action {action!r} has an empty wording")
+                if owner.get(wording) == action:
+                    raise ValueError(f"action {action!r} lists the wording {wording!r} twice")
                 if wording in owner:
                     raise ValueError(
                         f"wording {wording!r} is listed for both {owner[wording]!r} and "
