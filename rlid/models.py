@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -142,7 +141,8 @@ def save_policy_model(
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()  # not mkdtemp: that would leave the final directory private (0700)
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -221,10 +221,10 @@ def _load_tiny(
             "(the tiny-model pretraining step fills that directory)",
             cache,
         )
-    model = build_tiny_model(tokenizer, seed=0).to(dtype)
-    model.rlid_origin = "fresh"
-    if not warm:
+    else:
         logger.info("using the fresh tiny model (warm start disabled)")
+    model = build_model_from_config(model_config(tokenizer, "tiny"), seed=0, dtype=dtype)
+    model.rlid_origin = "fresh"
     return model, tokenizer
 
 

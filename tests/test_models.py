@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import string
 import time
 
@@ -155,6 +156,9 @@ def test_save_then_load_round_trips(cache_dir, tok):
     save_policy_model(model, tok, tiny_cache_dir())
     save_policy_model(model, tok, tiny_cache_dir())  # overwriting an existing dir works
     assert [p.name for p in tiny_cache_dir().parent.iterdir()] == ["tiny-warm"]  # no leftovers
+    umask = os.umask(0)
+    os.umask(umask)
+    assert tiny_cache_dir().stat().st_mode & 0o777 == 0o777 & ~umask  # not a private temp dir
 
     warm, warm_tok = load_policy_model("tiny")
     assert warm.rlid_origin == "warm"
