@@ -30,7 +30,8 @@ from transformers import PreTrainedTokenizerFast
 
 EOS_TOKEN = "<|endoftext|>"
 TINY_VOCAB_SIZE = 3072
-"""Target vocabulary size (256 bytes + 1 special token + merges)."""
+"""Vocabulary cap (256 bytes + 1 special token + merges). The shipped corpus reaches
+2400 tokens: training stops when no pair occurs at least ``min_frequency=2`` times."""
 TINY_MAX_LENGTH = 1024
 """Longest prompt the tiny model accepts (its ``max_position_embeddings``)."""
 
