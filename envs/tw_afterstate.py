@@ -21,6 +21,13 @@ of the preconditions, hence of ``F``): two set differences instead of a
 quests' win/fail conditions on the predicted facts, as
 ``textworld.generator.game.QuestProgression`` does (its policy-tree bookkeeping of
 "unfinishable" quests is not reproduced).
+
+A command shared by several logic actions (``take knife`` into either of two
+interchangeable inventory slots) gets one clause when the actions look the same
+to the player, and ``"either ..., or ... (N game actions share this command)"``
+when they do not. One rule family is corrected where the compiled game is stricter
+than its logic: "prepare meal" (:class:`RecipeCheck`). ``envs.tw_verify`` checks
+all of this against the real game.
 """
 
 from __future__ import annotations
