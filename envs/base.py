@@ -198,9 +198,7 @@ class TextGameEnv(gymnasium.Env):
         return None
 
 
-def split_game_seed(
-    np_random, *, split: str, game_seed: int | None, num_games: int
-) -> int:
+def split_game_seed(np_random, *, split: str, game_seed: int | None, num_games: int) -> int:
     """The absolute seed of the game to play at this reset.
 
     ``game_seed`` (an index inside the split) pins one game; otherwise one of the
