@@ -169,7 +169,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument(
         "--out", type=Path, metavar="DIR",
-        help="output directory: runs/ARM-seedN run directories, report.md, results.json, plots",
+        help="output directory (required unless --check): runs/ARM-seedN run directories, "
+        "report.md, results.json, plots",
     )  # fmt: skip
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"

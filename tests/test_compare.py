@@ -137,6 +137,7 @@ def test_shipped_example_config_is_valid():
 
 # ------------------------------------------------------------------------- end to end
 def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path):
+    # forward passes as the currency: the arms spend them at very different rates
     arms = {
         "decision": {"plane": "decision"},
         "grpo": {
@@ -148,6 +149,7 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
         arms=arms,
         interface_differences=["show_legal_to_token_plane"],
         budget={"currency": "forward_passes", "amount": 20},
+        envs=[{"id": "keydoor", "options": dict(TINY_ENV), "heldout": {"max_episode_steps": 6}}],
     )
     compare = parse_compare_config(data)
     results = compare_mod.run_comparison(compare, tmp_path, progress=False, say=lambda m: None)
@@ -157,6 +159,9 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
         spent = [row["budget"]["forward_passes"] for row in rows]
         # stops at the first iteration that reaches the budget: within one iteration of it
         assert spent[-1] >= 20 and all(s < 20 for s in spent[:-1]), (run.name, spent)
+    for run in compare.runs():  # held-out options differ: the final checkpoint is evaluated
+        stats = json.loads((tmp_path / "heldout" / f"{run.name}.json").read_text())["after"]
+        assert stats["split"] == "heldout" and stats["episodes"] == 2
     arms_summary = results["envs"]["keydoor"]["arms"]
     assert set(arms_summary) == {"decision", "grpo"}
     assert (
