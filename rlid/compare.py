@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from rlid import rundir
-from rlid.compare_config import CompareConfig, RunSpec, load_compare_config
+from rlid.compare_config import CompareConfig, RunSpec
+from rlid.compare_parse import load_compare_config
 from rlid.config import TrainConfig
 from rlid.train_cli import run_training
 
