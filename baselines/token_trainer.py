@@ -56,7 +56,14 @@ from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runlog import RunLog
-from rlid.trainer import evaluate, iteration_rngs, make_envs, make_reset_seeds
+from rlid.trainer import (
+    end_iteration,
+    evaluate,
+    finish_run,
+    iteration_rngs,
+    make_envs,
+    make_reset_seeds,
+)
 
 
 @dataclass
@@ -329,14 +336,13 @@ def train_token(
         before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
         log.write_eval("before", before)
 
-    bar = log.progress_bar(config.steps, budget.env_steps, enabled=progress)
+    bar = log.progress_bar(config, budget, enabled=progress)
     while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
         rng, gen = iteration_rngs(config.seed, iteration)
 
         # 1. rollout: groups of episodes (DAPO: re-sample zero-variance groups)
-        steps_before = budget.env_steps
         result = rollout(
             policy, train_envs, config, iteration, rng=rng, generator=gen,
             budget=budget, timers=timers,
@@ -359,25 +365,11 @@ def train_token(
         budget.wall_time += time.perf_counter() - t0
         row = {"iteration": iteration, **episode_stats(result.generated), **update}
         row.update(sample_stats(result, config))
-        row["time"] = timers.pop()
-        row["budget"] = budget.to_dict()
-        if config.eval_every and iteration % config.eval_every == 0:
-            row["eval"] = evaluate(
-                eval_policy, eval_envs, config.eval_episodes, interface=config.interface
-            )
-        log.append_metrics(row)
-        spent = budget.get(config.budget_currency)
-        if iteration % config.checkpoint_every == 0 or spent >= config.steps:
-            log.checkpoint(
-                model=model, tokenizer=tokenizer, value_head=None, optimizer=optimizer,
-                iteration=iteration, budget=budget,
-            )  # fmt: skip
-        bar.update(budget.env_steps - steps_before)
-        bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
-    bar.close()
-
-    if not log.has_eval("after"):
-        after = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
-        log.write_eval("after", after)
-    log.finish()
+        end_iteration(
+            log, row, config=config, iteration=iteration, budget=budget, timers=timers,
+            eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
+            checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
+                            optimizer=optimizer),
+        )  # fmt: skip
+    finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config)
     return log

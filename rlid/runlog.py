@@ -26,15 +26,32 @@ def config_fingerprint(config: TrainConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class _NullBar:
-    def update(self, n: int) -> None:
-        pass
+class _Bar:
+    """Progress in the run's budget currency (tqdm, or nothing when disabled)."""
+
+    def __init__(self, total: float, initial: float, unit: str, enabled: bool) -> None:
+        self._done = initial
+        self._tqdm = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._tqdm = tqdm(
+                total=total, initial=initial, unit=unit, desc=unit.replace("_", " "),
+                file=sys.stderr,
+            )  # fmt: skip
+
+    def advance_to(self, spent: float) -> None:
+        if self._tqdm is not None:
+            self._tqdm.update(spent - self._done)
+        self._done = spent
 
     def set_postfix(self, **kw: Any) -> None:
-        pass
+        if self._tqdm is not None:
+            self._tqdm.set_postfix(**kw)
 
     def close(self) -> None:
-        pass
+        if self._tqdm is not None:
+            self._tqdm.close()
 
 
 class RunLog:
@@ -167,12 +184,9 @@ class RunLog:
         data.update(entries)
         rundir.write_json(path, data)
 
-    def progress_bar(self, total: int, initial: int, *, enabled: bool) -> Any:
-        if not enabled:
-            return _NullBar()
-        from tqdm import tqdm
-
-        return tqdm(total=total, initial=initial, unit="step", desc="env steps", file=sys.stderr)
+    def progress_bar(self, config: TrainConfig, budget: Budget, *, enabled: bool) -> _Bar:
+        currency = config.budget_currency
+        return _Bar(config.steps, budget.get(currency), currency, enabled)
 
     def finish(self) -> None:
         from rlid.report import write_curves, write_summary

@@ -177,6 +177,15 @@ def ppo_update(
     timers: Timers,
 ) -> dict[str, float]:
     """PPO epochs x minibatches over one iteration's decisions; returns mean metrics."""
+    if (
+        not bool(advantages.any())
+        and policy.value_head is None
+        and config.ent_coef == 0
+        and (config.kl_coef == 0)
+    ):
+        # Nothing to learn from (e.g. every group had equal returns): an AdamW step on a
+        # zero gradient would still move the parameters through its momentum.
+        return {"skipped_update": 1.0}
     logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
     actions = torch.tensor([d.chosen for d in decisions])  # (N,)
     sums: dict[str, float] = {}
@@ -231,6 +240,45 @@ def ppo_update(
     return out
 
 
+def end_iteration(
+    log: RunLog,
+    row: dict[str, Any],
+    *,
+    config: TrainConfig,
+    iteration: int,
+    budget: Budget,
+    timers: Timers,
+    eval_policy: Any,
+    eval_envs: list[Any],
+    bar: Any,
+    checkpoint: dict[str, Any],
+) -> None:
+    """Log one iteration's row (time split, budget, optional eval) and checkpoint."""
+    row["time"] = timers.pop()
+    row["budget"] = budget.to_dict()
+    if config.eval_every and iteration % config.eval_every == 0:
+        row["eval"] = evaluate(
+            eval_policy, eval_envs, config.eval_episodes, interface=config.interface
+        )
+    log.append_metrics(row)
+    spent = budget.get(config.budget_currency)
+    if iteration % config.checkpoint_every == 0 or spent >= config.steps:
+        log.checkpoint(**checkpoint, iteration=iteration, budget=budget)
+    bar.advance_to(spent)
+    bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
+
+
+def finish_run(
+    log: RunLog, bar: Any, *, eval_policy: Any, eval_envs: list[Any], config: TrainConfig
+) -> None:
+    """Held-out evaluation after training (once, also across resumes), curves, summary."""
+    bar.close()
+    if not log.has_eval("after"):
+        after = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+        log.write_eval("after", after)
+    log.finish()
+
+
 def train(
     config: TrainConfig,
     out: Path,
@@ -269,7 +317,9 @@ def train(
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_policy = None
     if config.kl_coef > 0:
-        ref_model = copy.deepcopy(model).requires_grad_(False)
+        # the reference is the starting model, also when resuming from a later checkpoint
+        start_model = load_policy_model(str(config.model))[0] if log.resuming else model
+        ref_model = copy.deepcopy(start_model).eval().requires_grad_(False)
         ref_policy = make_policy(ref_model, tokenizer, config.interface, budget=Budget())
 
     log.start()
@@ -281,7 +331,7 @@ def train(
         before = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
         log.write_eval("before", before)
 
-    bar = log.progress_bar(config.steps, budget.env_steps, enabled=progress)
+    bar = log.progress_bar(config, budget, enabled=progress)
     while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
@@ -289,7 +339,6 @@ def train(
 
         # 1. rollout: groups_per_iter games, each played group_size times
         seeds, groups = make_reset_seeds(config, iteration)
-        steps_before = budget.env_steps
         episodes = collect_episodes(
             train_envs, policy, seeds, groups, interface=config.interface, rng=rng,
             generator=gen, temperature=config.temperature, budget=budget, timers=timers,
@@ -315,25 +364,11 @@ def train(
         row = {"iteration": iteration, **episode_stats(episodes), **update}
         row["rollout_entropy"] = float(np.mean([d.entropy for d in decisions]))
         row["rollout_label_mass"] = float(np.mean([d.label_mass for d in decisions]))
-        row["time"] = timers.pop()
-        row["budget"] = budget.to_dict()
-        if config.eval_every and iteration % config.eval_every == 0:
-            row["eval"] = evaluate(
-                policy, eval_envs, config.eval_episodes, interface=config.interface
-            )
-        log.append_metrics(row)
-        spent = budget.get(config.budget_currency)
-        if iteration % config.checkpoint_every == 0 or spent >= config.steps:
-            log.checkpoint(
-                model=model, tokenizer=tokenizer, value_head=value_head, optimizer=optimizer,
-                iteration=iteration, budget=budget,
-            )  # fmt: skip
-        bar.update(budget.env_steps - steps_before)
-        bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
-    bar.close()
-
-    if not log.has_eval("after"):
-        after = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
-        log.write_eval("after", after)
-    log.finish()
+        end_iteration(
+            log, row, config=config, iteration=iteration, budget=budget, timers=timers,
+            eval_policy=policy, eval_envs=eval_envs, bar=bar,
+            checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
+                            optimizer=optimizer),
+        )  # fmt: skip
+    finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config)
     return log
