@@ -75,7 +75,7 @@ class TrainConfig:
     temperature: float = _f(1.0, "sampling temperature of the behaviour policy")
 
     # --- optimisation (PPO, Schulman et al. 2017; CleanRL ppo.py defaults where sensible) --
-    lr: float = _f(3e-4, "AdamW learning rate")
+    lr: float = _f(1e-4, "AdamW learning rate (3e-4 and up made the label mass collapse here)")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     epochs: int = _f(2, "passes over each iteration's decisions")
     minibatch_size: int = _f(32, "decisions per optimizer step")

@@ -32,7 +32,7 @@ def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int
         threads=threads,
         groups_per_iter=4,
         group_size=4,
-        lr=3e-4,
+        lr=1e-4,
         epochs=2,
         minibatch_size=32,
         ent_coef=0.01,
