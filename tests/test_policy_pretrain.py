@@ -1,0 +1,111 @@
+"""DecisionPolicy (menus + one-forward readout) and the warm-start pretraining."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from menus import Interface
+from rlid.models import build_tiny_model, load_policy_model
+from rlid.policy import DecisionPolicy, sample_rows
+from rlid.pretrain import PretrainConfig, pretrain, random_play_transcripts
+from rlid.readout import label_logprobs
+from rlid.tokenizer import build_tiny_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _batch(n: int = 3):
+    observations, infos = [], []
+    for seed in range(n):
+        env = envs.make("keydoor", size=3, game_seed=seed)
+        obs, info = env.reset(seed=seed)
+        observations.append(obs)
+        infos.append(info)
+    return observations, infos
+
+
+def test_decisions_are_legal_and_rescore_exactly():
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=1)
+    policy = DecisionPolicy(model, tokenizer, Interface(memory="none"))
+    observations, infos = _batch()
+    decisions = policy.act(
+        observations, infos, [None] * 3,
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    for decision, info in zip(decisions, infos):
+        assert decision.action in info["legal_actions"]
+        assert decision.menu.rows[decision.chosen].action == decision.action
+        assert sorted(decision.menu.permutation) == list(range(len(info["legal_actions"])))
+    logp_all, label_mass, hidden = policy.score(decisions)  # (B, K), (B,), (B, d)
+    for b, d in enumerate(decisions):
+        assert logp_all[b, d.chosen].item() == pytest.approx(d.logp, abs=1e-5)
+        assert torch.isinf(logp_all[b, d.num_rows :]).all()
+        assert torch.exp(logp_all[b, : d.num_rows]).sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert ((label_mass > 0) & (label_mass <= 1)).all()
+    assert hidden.shape == (3, model.config.hidden_size)
+    assert policy.budget.decisions == 3 and policy.budget.forward_passes == 2
+
+
+def test_policy_readout_matches_label_logprobs_on_the_rendered_prompts():
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=2)
+    policy = DecisionPolicy(model, tokenizer, Interface(memory="none", shuffle=False))
+    observations, infos = _batch(2)
+    decisions = policy.act(
+        observations, infos, [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0), greedy=True,
+    )  # fmt: skip
+    prompts = [tokenizer.decode(d.prompt_ids) for d in decisions]
+    reference = label_logprobs(model, tokenizer, prompts, [d.label_ids for d in decisions])
+    for b, d in enumerate(decisions):
+        assert d.chosen == int(reference.logp[b].argmax())
+        assert d.logp == pytest.approx(float(reference.logp[b, d.chosen].detach()), abs=1e-5)
+
+
+def test_sampling_respects_padding_and_greedy():
+    logp = torch.log(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]]))
+    logp[1, 2] = float("-inf")
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        rows = sample_rows(logp, generator=gen, temperature=1.0, greedy=False)
+        assert rows[0] == 1 and rows[1] in (0, 1)
+    assert sample_rows(logp, generator=gen, temperature=1.0, greedy=True)[0] == 1
+
+
+def test_pretraining_is_deterministic_saves_and_reloads_with_the_same_readout(tmp_path):
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=3, batch_size=4,
+        threads=1,
+    )  # fmt: skip
+    tokenizer = build_tiny_tokenizer()
+    texts = random_play_transcripts(config, tokenizer)
+    assert texts == random_play_transcripts(config, tokenizer)
+    assert any("Answer: " in t and "\nCommand: " in t for t in texts)
+    first = pretrain(config, out=tmp_path / "a", progress=False)
+    pretrain(config, out=tmp_path / "b", progress=False)
+    assert first["final_loss"] < first["first_loss"] + 1.0
+    model_a, tok_a = load_policy_model(str(tmp_path / "a"))
+    model_b, _ = load_policy_model(str(tmp_path / "b"))
+    for (name, pa), pb in zip(model_a.state_dict().items(), model_b.state_dict().values()):
+        assert torch.equal(pa, pb), name
+    fresh = build_tiny_model(tok_a, seed=0)
+    assert any(not torch.equal(p, q) for p, q in zip(fresh.parameters(), model_a.parameters()))
+    prompts = ["Goal: x\nNow: y\nActions:\nA) go east\nB) look\nAnswer:"]
+    ids = [[tok_a.encode(" A")[0], tok_a.encode(" B")[0]]]
+    ra = label_logprobs(model_a, tok_a, prompts, ids)
+    rb = label_logprobs(model_b, tok_a, prompts, ids)
+    assert torch.allclose(ra.logp, rb.logp)
+
+
+def test_pretrain_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="steps"):
+        PretrainConfig(steps=0)
+    with pytest.raises(ValueError, match="valid ids"):
+        PretrainConfig(envs=("nope",))
