@@ -222,6 +222,10 @@ def token_update(
 ) -> dict[str, float]:
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics."""
     params = [p for p in model.parameters() if p.requires_grad]
+    if completions and not bool(advantages.any()) and config.beta == 0:
+        # Nothing to learn from (every group had equal returns): an AdamW step on a
+        # zero gradient would still move the parameters through its momentum.
+        return {"skipped_update": 1.0}
     rows: list[dict[str, float]] = []
     stop = False
     for _ in range(config.epochs if completions else 0):

@@ -172,3 +172,41 @@ def test_toml_config_and_flags(tmp_path):
     toml.write_text("bogus_key = 3\n")
     with pytest.raises(ValueError, match="bogus_key"):
         config_from_args(parser.parse_args(["--config", str(toml)]))
+
+
+def test_no_optimizer_step_when_there_is_nothing_to_learn():
+    import numpy as np
+
+    import envs
+    from rlid.budget import Budget, Timers
+    from rlid.models import build_tiny_model
+    from rlid.policy import DecisionPolicy
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    config = small_config(ent_coef=0.0)
+    policy = DecisionPolicy(model, tokenizer, config.interface)
+    env = envs.make("keydoor", size=2, game_seed=0)
+    obs, info = env.reset(seed=0)
+    decisions = policy.act(
+        [obs, obs], [info, info], [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    before = [p.detach().clone() for p in params]
+    budget = Budget()
+    out = trainer_mod.ppo_update(
+        policy, decisions, torch.zeros(2), torch.zeros(2), config=config, optimizer=optimizer,
+        params=params, rng=np.random.default_rng(0), budget=budget, timers=Timers(),
+    )  # fmt: skip
+    assert out == {"skipped_update": 1.0} and budget.optimizer_steps == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, params))
+    out = trainer_mod.ppo_update(
+        policy, decisions, torch.tensor([1.0, -1.0]), torch.zeros(2), config=config,
+        optimizer=optimizer, params=params, rng=np.random.default_rng(0), budget=budget,
+        timers=Timers(),
+    )  # fmt: skip
+    assert budget.optimizer_steps >= 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, params))
