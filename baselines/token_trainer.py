@@ -34,7 +34,6 @@ AdamW. Evaluation samples greedily from the trainer's own model (not the engine)
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,12 +56,13 @@ from rlid.config import TrainConfig
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runlog import RunLog
 from rlid.trainer import (
+    begin_run,
     end_iteration,
-    evaluate,
     finish_run,
     iteration_rngs,
     make_envs,
     make_reset_seeds,
+    reference_model,
 )
 
 
@@ -325,20 +325,11 @@ def train_token(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
-    ref_model = None
-    if config.beta > 0:
-        # the reference is the starting model, also when resuming from a later checkpoint
-        start_model = load_policy_model(str(config.model))[0] if log.resuming else model
-        ref_model = copy.deepcopy(start_model).eval().requires_grad_(False)
-
-    log.start()
-    iteration = 0
-    if log.resuming:
-        iteration = log.restore(value_head=None, optimizer=optimizer, budget=budget)
-    else:
-        log.write_origin(getattr(model, "rlid_origin", str(config.model)))
-        before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
-        log.write_eval("before", before)
+    ref_model = reference_model(config, log, model) if config.beta > 0 else None
+    iteration = begin_run(
+        log, config, model=model, value_head=None, optimizer=optimizer, budget=budget,
+        eval_policy=eval_policy, eval_envs=eval_envs,
+    )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress)
     while budget.get(config.budget_currency) < config.steps:

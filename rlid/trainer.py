@@ -240,6 +240,36 @@ def ppo_update(
     return out
 
 
+def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of the *starting* model, also when resuming from a later checkpoint."""
+    from rlid.models import load_policy_model
+
+    start_model = load_policy_model(str(config.model))[0] if log.resuming else model
+    return copy.deepcopy(start_model).eval().requires_grad_(False)
+
+
+def begin_run(
+    log: RunLog,
+    config: TrainConfig,
+    *,
+    model: torch.nn.Module,
+    value_head: torch.nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    budget: Budget,
+    eval_policy: Any,
+    eval_envs: list[Any],
+) -> int:
+    """Write the run directory, then restore a checkpoint (returning its iteration) or
+    evaluate the starting policy on held-out games (returning 0)."""
+    log.start()
+    if log.resuming:
+        return log.restore(value_head=value_head, optimizer=optimizer, budget=budget)
+    log.write_origin(getattr(model, "rlid_origin", str(config.model)))
+    before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+    log.write_eval("before", before)
+    return 0
+
+
 def end_iteration(
     log: RunLog,
     row: dict[str, Any],
@@ -317,19 +347,13 @@ def train(
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_policy = None
     if config.kl_coef > 0:
-        # the reference is the starting model, also when resuming from a later checkpoint
-        start_model = load_policy_model(str(config.model))[0] if log.resuming else model
-        ref_model = copy.deepcopy(start_model).eval().requires_grad_(False)
+        ref_model = reference_model(config, log, model)
         ref_policy = make_policy(ref_model, tokenizer, config.interface, budget=Budget())
 
-    log.start()
-    iteration = 0
-    if log.resuming:
-        iteration = log.restore(value_head=value_head, optimizer=optimizer, budget=budget)
-    else:
-        log.write_origin(getattr(model, "rlid_origin", str(config.model)))
-        before = evaluate(policy, eval_envs, config.eval_episodes, interface=config.interface)
-        log.write_eval("before", before)
+    iteration = begin_run(
+        log, config, model=model, value_head=value_head, optimizer=optimizer, budget=budget,
+        eval_policy=policy, eval_envs=eval_envs,
+    )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress)
     while budget.get(config.budget_currency) < config.steps:

@@ -82,8 +82,10 @@ def test_gae_variant_trains_a_value_head(tmp_path):
     assert (Path(log.path) / "checkpoint" / "value_head.safetensors").exists()
 
 
-def test_killed_run_resumes_to_the_same_parameters_and_metrics(tmp_path, monkeypatch):
-    config = small_config(steps=40)
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_killed_run_resumes_to_the_same_parameters_and_metrics(tmp_path, monkeypatch, kl_coef):
+    # with kl_coef > 0 the resumed run must keep the *starting* model as its reference
+    config = small_config(steps=40, kl_coef=kl_coef)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
 
     real_update = trainer_mod.ppo_update
