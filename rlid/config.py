@@ -258,6 +258,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         igroup.add_argument(
             _flag(f.name),
             dest=f"interface__{f.name}",
+            metavar=None if choices else f.name.upper(),
             type=kind,
             choices=choices,
             default=None,

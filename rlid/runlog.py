@@ -73,7 +73,8 @@ class RunLog:
             cfg_path = path / "config.json"
             if not cfg_path.exists():
                 raise FileNotFoundError(
-                    f"cannot resume: {path} has no config.json (is it a run directory?)"
+                    f"{path} is not a run directory (no config.json); "
+                    "give the --out directory of an `rlid train` run"
                 )
             try:
                 saved = TrainConfig.from_dict(rundir.read_json(cfg_path)["config"])
