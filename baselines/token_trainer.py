@@ -53,6 +53,7 @@ from baselines.losses import (
 from baselines.token_policy import Generation, TokenPolicy
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.lora import load_run_model
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runlog import RunLog
 from rlid.trainer import (
@@ -295,7 +296,6 @@ def train_token(
     config: TrainConfig, out: Path, *, resume: bool = False, progress: bool = True
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
-    from rlid.models import load_policy_model
 
     log = RunLog.open(Path(out), config, resume=resume)
     config = log.config
@@ -305,8 +305,7 @@ def train_token(
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
 
-    model_source = log.checkpoint_model_dir() if log.resuming else config.model
-    model, tokenizer = load_policy_model(str(model_source))
+    model, tokenizer = load_run_model(config, log)
     model.eval()  # no dropout: rollouts and updates see the same function
     pad_id = tokenizer.pad_token_id
     engine = make_engine(
@@ -322,9 +321,8 @@ def train_token(
     train_envs = make_envs(config, "train", config.episodes_per_iter)
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
 
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
+    params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_model = reference_model(config, log, model) if config.beta > 0 else None
     iteration = begin_run(
         log, config, model=model, value_head=None, optimizer=optimizer, budget=budget,

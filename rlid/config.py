@@ -90,6 +90,9 @@ class TrainConfig:
     gamma: float = _f(0.99, "discount (GAE; also the return of group advantages)")
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
+    lora_rank: int = _f(0, "LoRA rank via peft (0: train all parameters; needs '.[lora]')")
+    lora_alpha: float = _f(16.0, "LoRA alpha (adapter scale alpha / rank)")
+    lora_targets: str = _f("q_proj,k_proj,v_proj,o_proj", "modules that get LoRA adapters")
     target_kl: float | None = _f(
         None, "stop the epoch loop early when approx KL to the rollout policy exceeds this"
     )
@@ -161,6 +164,10 @@ class TrainConfig:
             raise ValueError("the token plane is critic-free: use --advantage group")
         if self.eval_episodes < 0 or self.eval_every < 0 or self.checkpoint_every < 1:
             raise ValueError("eval_episodes, eval_every must be >= 0 and checkpoint_every >= 1")
+        if self.lora_rank < 0 or self.lora_alpha <= 0:
+            raise ValueError(
+                f"need lora_rank >= 0 and lora_alpha > 0, got {self.lora_rank}, {self.lora_alpha}"
+            )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
 
@@ -176,6 +183,9 @@ class TrainConfig:
             # Left out at its default so configs (and checkpoint fingerprints) written
             # before the field existed stay identical and resumable.
             del out["budget_currency"]
+        if self.lora_rank == 0:  # likewise for the LoRA fields
+            for name in ("lora_rank", "lora_alpha", "lora_targets"):
+                del out[name]
         return out
 
     @classmethod

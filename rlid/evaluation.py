@@ -41,7 +41,7 @@ def evaluate_run(
     """Load ``run``'s last checkpoint and play ``episodes`` episodes on ``split`` games."""
     import torch
 
-    from rlid.models import load_policy_model
+    from rlid.lora import load_run_model
     from rlid.runlog import RunLog
     from rlid.trainer import evaluate
 
@@ -52,7 +52,7 @@ def evaluate_run(
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
     config = log.config
     torch.set_num_threads(config.threads)
-    model, tokenizer = load_policy_model(str(log.checkpoint_model_dir()))
+    model, tokenizer = load_run_model(config, log)
     model.eval()
     policy = build_policy(config, model, tokenizer)
     env_id = env or config.env

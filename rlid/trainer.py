@@ -30,6 +30,7 @@ import envs as envs_pkg
 from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.lora import AdapterDisabled, load_run_model
 from rlid.policy import Decision, DecisionPolicy, ValueHead
 from rlid.ppo import decision_ppo_loss
 from rlid.rollout import Episode, collect_episodes, episode_stats
@@ -241,9 +242,15 @@ def ppo_update(
 
 
 def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:
-    """A frozen copy of the *starting* model, also when resuming from a later checkpoint."""
+    """The KL reference: the *starting* model, also when resuming from a later checkpoint.
+
+    With LoRA it is the same model with its adapters disabled (no copy); otherwise a
+    frozen copy.
+    """
     from rlid.models import load_policy_model
 
+    if config.lora_rank > 0:
+        return AdapterDisabled(model)
     start_model = load_policy_model(str(config.model))[0] if log.resuming else model
     return copy.deepcopy(start_model).eval().requires_grad_(False)
 
@@ -323,7 +330,6 @@ def train(
     builds the menu policy (default :class:`DecisionPolicy`; the scoring plane passes
     its own).
     """
-    from rlid.models import load_policy_model
 
     log = RunLog.open(Path(out), config, resume=resume)
     config = log.config
@@ -331,8 +337,7 @@ def train(
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
 
-    model_source = log.checkpoint_model_dir() if log.resuming else config.model
-    model, tokenizer = load_policy_model(str(model_source))
+    model, tokenizer = load_run_model(config, log)
     model.eval()  # no dropout: rollouts and updates see the same function
     value_head = ValueHead(model.config.hidden_size) if config.advantage == "gae" else None
     make_policy = make_policy or DecisionPolicy
@@ -343,7 +348,8 @@ def train(
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
     preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
 
-    params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
+    params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
+    params += list(value_head.parameters()) if value_head else []
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_policy = None
     if config.kl_coef > 0:

@@ -1,0 +1,128 @@
+"""LoRA training (peft): only adapters move, the reference is the adapter-free base, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from menus import Interface
+from rlid import trainer as trainer_mod
+from rlid.cli import main as cli_main
+from rlid.config import TrainConfig
+from rlid.lora import AdapterDisabled, apply_lora
+from rlid.models import build_tiny_model, load_policy_model
+from rlid.policy import DecisionPolicy
+from rlid.rundir import read_metrics
+from rlid.tokenizer import build_tiny_tokenizer
+
+
+def small_config(**changes) -> TrainConfig:
+    base = dict(
+        env="keydoor", env_options={"size": 2, "keys": 0, "distractors": 1,
+                                    "max_episode_steps": 6},
+        steps=30, groups_per_iter=2, group_size=2, epochs=1, minibatch_size=8,
+        eval_episodes=2, threads=1, interface=Interface(memory="none"),
+    )  # fmt: skip
+    base.update(changes)
+    return TrainConfig(**base)
+
+
+def strip_times(rows):
+    return [
+        {**{k: v for k, v in r.items() if k != "time"},
+         "budget": {k: v for k, v in r["budget"].items() if k != "wall_time"}}
+        for r in rows
+    ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_adapter_disabled_reference_is_the_base_model():
+    import envs
+
+    tokenizer = build_tiny_tokenizer()
+    base = build_tiny_model(tokenizer, seed=3)
+    reference_logits = None
+    config = small_config(lora_rank=4)
+    wrapped = apply_lora(build_tiny_model(tokenizer, seed=3), config)
+    with torch.no_grad():  # make the adapters non-trivial
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+    env = envs.make("keydoor", size=2, game_seed=0)
+    obs, info = env.reset(seed=0)
+    outs = []
+    for model in (base, AdapterDisabled(wrapped), wrapped):
+        policy = DecisionPolicy(model, tokenizer, config.interface)
+        (d,) = policy.act(
+            [obs], [info], [None], rng=np.random.default_rng(0),
+            generator=torch.Generator().manual_seed(0), greedy=True,
+        )  # fmt: skip
+        logp, _, _ = policy.score([d])
+        outs.append(logp.detach())
+    reference_logits = outs[0]
+    assert torch.allclose(outs[1], reference_logits, atol=1e-6)
+    assert not torch.allclose(outs[2], reference_logits, atol=1e-4)
+
+
+def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch):
+    config = small_config(steps=24, lora_rank=4, kl_coef=0.1)
+    full = trainer_mod.train(config, tmp_path / "full", progress=False)
+    ckpt = Path(full.path) / "checkpoint" / "model"
+    assert (ckpt / "adapter_config.json").exists()
+    rows = read_metrics(Path(full.path))
+    assert all(np.isfinite(r["loss"]) for r in rows) and "kl_ref" in rows[-1]
+
+    real_update, calls = trainer_mod.ppo_update, {"n": 0}
+
+    def dying_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.train(config, tmp_path / "killed", progress=False)
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)
+    assert strip_times(read_metrics(Path(full.path))) == strip_times(
+        read_metrics(tmp_path / "killed")
+    )
+    from safetensors.torch import load_file
+
+    a = load_file(str(ckpt / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "killed" / "checkpoint" / "model" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(k.endswith("lora_B.weight") and a[k].abs().sum() > 0 for k in a)
+
+    # the base weights did not move: the base model equals a fresh load of config.model
+    from rlid.lora import attach_adapters
+
+    fresh, _ = load_policy_model("tiny")
+    base_now = attach_adapters(load_policy_model("tiny")[0], ckpt).get_base_model()
+    base_weights = {
+        k.replace(".base_layer", ""): v
+        for k, v in base_now.state_dict().items()
+        if "lora_" not in k
+    }
+    assert base_weights.keys() == fresh.state_dict().keys()
+    for name, p in fresh.state_dict().items():
+        assert torch.equal(p, base_weights[name]), name
+
+    assert cli_main(["eval", "--run", str(full.path), "--episodes", "2"]) == 0
+
+
+def test_bad_lora_settings_are_clear_errors(tmp_path, capsys):
+    code = cli_main(["train", "--lora-rank", "4", "--lora-targets", "nope_proj",
+                     "--out", str(tmp_path / "r"), "--steps", "5"])  # fmt: skip
+    assert code == 2 and "lora-targets" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+    code = cli_main(["train", "--lora-rank", "-1", "--out", str(tmp_path / "r")])
+    assert code == 2 and "lora_rank" in capsys.readouterr().err
