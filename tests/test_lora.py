@@ -126,3 +126,13 @@ def test_bad_lora_settings_are_clear_errors(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
     code = cli_main(["train", "--lora-rank", "-1", "--out", str(tmp_path / "r")])
     assert code == 2 and "lora_rank" in capsys.readouterr().err
+
+
+def test_token_plane_runs_with_lora_adapters_and_saves_them(tmp_path):
+    from baselines.token_trainer import train_token
+
+    config = small_config(plane="token", steps=12, lora_rank=4, beta=0.05, max_new_tokens=4)
+    log = train_token(config, tmp_path / "tok", progress=False)
+    assert (Path(log.path) / "checkpoint" / "model" / "adapter_config.json").exists()
+    rows = read_metrics(Path(log.path))
+    assert rows and all(np.isfinite(r.get("loss", 0.0)) for r in rows)
