@@ -82,6 +82,11 @@ class TrainConfig:
     clip_eps: float = _f(0.2, "PPO ratio clip epsilon")
     ent_coef: float = _f(0.01, "entropy bonus coefficient (exact entropy over the menu)")
     kl_coef: float = _f(0.0, "KL-to-reference coefficient (exact KL over the menu)")
+    label_mass_coef: float = _f(
+        0.0,
+        "decision plane: penalty -coef * mean log(label mass), keeping the LM's probability "
+        "on the legal labels (0: off)",
+    )
     vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
     advantage: AdvantageKind = _f(
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
@@ -140,7 +145,8 @@ class TrainConfig:
         for name in ("lr", "clip_eps", "max_grad_norm", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise"):
+        for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
+                     "label_mass_coef"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.overlong_cache <= self.max_new_tokens:
@@ -183,6 +189,8 @@ class TrainConfig:
             # Left out at its default so configs (and checkpoint fingerprints) written
             # before the field existed stay identical and resumable.
             del out["budget_currency"]
+        if self.label_mass_coef == 0:  # likewise
+            del out["label_mass_coef"]
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]

@@ -182,7 +182,8 @@ def ppo_update(
         not bool(advantages.any())
         and policy.value_head is None
         and config.ent_coef == 0
-        and (config.kl_coef == 0)
+        and config.kl_coef == 0
+        and config.label_mass_coef == 0
     ):
         # Nothing to learn from (e.g. every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum.
@@ -217,6 +218,12 @@ def ppo_update(
                     kl_coef=config.kl_coef,
                     label_mass=label_mass,
                 )
+                if config.label_mass_coef > 0:
+                    # The label softmax is blind to a shift of all label logits, so nothing
+                    # else holds the LM's mass on the labels (leakage grows at high lr).
+                    mass_loss = -torch.log(label_mass.clamp_min(1e-12)).mean()
+                    loss = loss + config.label_mass_coef * mass_loss
+                    metrics = {**metrics, "label_mass_loss": mass_loss.detach()}
                 if policy.value_head is not None:
                     value = policy.value_head(hidden)  # (B,)
                     value_loss = 0.5 * (value - targets[idx]).pow(2).mean()

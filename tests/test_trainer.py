@@ -212,3 +212,35 @@ def test_no_optimizer_step_when_there_is_nothing_to_learn():
     )  # fmt: skip
     assert budget.optimizer_steps >= 1
     assert any(not torch.equal(a, b) for a, b in zip(before, params))
+
+
+def test_label_mass_penalty_raises_the_label_mass():
+    import numpy as np
+
+    import envs
+    from rlid.budget import Budget, Timers
+    from rlid.models import build_tiny_model
+    from rlid.policy import DecisionPolicy
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    config = small_config(ent_coef=0.0, label_mass_coef=1.0, epochs=3)
+    policy = DecisionPolicy(model, tokenizer, config.interface)
+    env = envs.make("keydoor", size=2, game_seed=0)
+    obs, info = env.reset(seed=0)
+    decisions = policy.act(
+        [obs, obs], [info, info], [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    _, mass_before, _ = policy.score(decisions)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    out = trainer_mod.ppo_update(
+        policy, decisions, torch.zeros(2), torch.zeros(2), config=config, optimizer=optimizer,
+        params=params, rng=np.random.default_rng(0), budget=Budget(), timers=Timers(),
+    )  # fmt: skip
+    assert "label_mass_loss" in out  # not skipped: the penalty alone has a gradient
+    _, mass_after, _ = policy.score(decisions)
+    assert float(mass_after.mean()) > float(mass_before.mean())
+    assert out["label_mass_loss"] == pytest.approx(-float(torch.log(mass_before).mean()), rel=0.5)
