@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from rlid.files import save_figure
 
 IDENTITY_TOLERANCE = 1e-9
 """Relative residual below which the identity counts as verified in float64."""
@@ -188,13 +188,4 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     mc.legend(fontsize=8)
     fig.tight_layout()
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return save_figure(fig, path, dpi=110)

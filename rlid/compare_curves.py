@@ -16,14 +16,13 @@ reached ("common window").
 from __future__ import annotations
 
 import bisect
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlid.budget import CURRENCIES
+from rlid.files import save_figure
 
 METRICS = ("success", "return")
 
@@ -117,20 +116,6 @@ def curves_for(runs_rows: dict[str, list[list[dict]]]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- plots
-def _save(fig: Any, path: Path) -> Path:
-    """Write a figure atomically (a reader never sees half a PNG)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def plot_currency(
     entry: dict[str, Any], currency: str, title: str, path: Path, *, budget: float | None
 ) -> Path:
@@ -166,7 +151,7 @@ def plot_currency(
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{title}: mean over seeds (band: min-max); dashed: end of common window")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=100)
 
 
 def plot_heldout(table: dict[str, dict[str, Any]], title: str, path: Path) -> Path:
@@ -191,4 +176,4 @@ def plot_heldout(table: dict[str, dict[str, Any]], title: str, path: Path) -> Pa
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{title}: held-out after training, seed mean, 95% bootstrap interval")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=100)

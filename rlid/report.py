@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from rlid import rundir
+from rlid.files import save_figure
 
 CURVE_PANELS = (
     ("return", "episode return"),
@@ -52,13 +52,8 @@ def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    path = save_figure(fig, Path(run_dir) / "curves.png", dpi=90)
     plt.close(fig)
-    path = Path(run_dir) / "curves.png"
-    tmp = path.with_suffix(".png.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
     return path
 
 
