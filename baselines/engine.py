@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rlid.policy import left_pad
+from rlid.readout import left_pad_ids
 
 Ragged = list[list[int]]
 
@@ -109,7 +109,7 @@ def completion_logprobs(
         raise ValueError("every prompt and every completion needs at least one token")
     width = max(lengths)
     device = _device(model)
-    input_ids, attention_mask = left_pad(
+    input_ids, attention_mask = left_pad_ids(
         [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)], pad_id
     )
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
@@ -173,7 +173,7 @@ class TrainerEngine:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         batch = len(prompt_ids)
         device = _device(self.model)
-        input_ids, attention_mask = left_pad([list(p) for p in prompt_ids], self.pad_id)
+        input_ids, attention_mask = left_pad_ids(prompt_ids, self.pad_id)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         step_ids = input_ids  # (B, T) first, then (B, 1)
         step_positions = positions_from_mask(attention_mask)

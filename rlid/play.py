@@ -11,11 +11,13 @@ LABELS = string.ascii_uppercase + string.ascii_lowercase
 
 def format_menu(legal_actions: list[str], afterstates: list[str] | None) -> str:
     """The menu as a person sees it: one ``A) action -> afterstate`` line per legal action."""
+    from menus import MenuRow
+
     lines = []
     for i, action in enumerate(legal_actions):
         label = LABELS[i] if i < len(LABELS) else str(i)
-        after = f" -> {afterstates[i]}" if afterstates else ""
-        lines.append(f"  {label}) {action}{after}")
+        row = MenuRow(label, action, afterstates[i] if afterstates else None)
+        lines.append("  " + row.render())  # the agent's menu line format
     return "\n".join(lines)
 
 

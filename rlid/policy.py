@@ -21,7 +21,7 @@ import torch
 from menus import Interface, LabelSet, Menu, compile_menu
 from menus.prompt import label_context, render_decision_prompt
 from rlid.budget import Budget, Timers
-from rlid.readout import readout_from_ids
+from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
 
 
 @dataclass
@@ -55,28 +55,6 @@ class ValueHead(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B,)
         return self.linear(hidden.float()).squeeze(-1)
-
-
-def pad_rows(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad ragged id lists: returns ids (B, K_max) and a bool valid mask (B, K_max)."""
-    k_max = max(len(r) for r in rows)
-    ids = torch.full((len(rows), k_max), pad, dtype=torch.long)
-    valid = torch.zeros((len(rows), k_max), dtype=torch.bool)
-    for b, row in enumerate(rows):
-        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        valid[b, : len(row)] = True
-    return ids, valid
-
-
-def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id lists: input_ids (B, T) and attention_mask (B, T)."""
-    t_max = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), t_max), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), t_max), dtype=torch.long)
-    for b, seq in enumerate(seqs):
-        ids[b, t_max - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[b, t_max - len(seq) :] = 1
-    return ids, mask
 
 
 def sample_rows(
@@ -191,8 +169,8 @@ class DecisionPolicy:
         self, prompt_ids: list[list[int]], label_ids: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Readout over stored ids: logp (B, K_max), label_mass (B,), hidden (B, d)."""
-        input_ids, attention_mask = left_pad(prompt_ids, self.pad_id)
-        label_pad, label_valid = pad_rows(label_ids, 0)
+        input_ids, attention_mask = left_pad_ids(prompt_ids, self.pad_id)
+        label_pad, label_valid = pad_label_ids(label_ids, model_vocab_size(self.model))
         result = readout_from_ids(
             self.model, input_ids, attention_mask, label_pad, label_valid, return_hidden=True
         )

@@ -145,7 +145,7 @@ def label_logprobs(
             "pass one row of label ids per prompt"
         )
     input_ids, attention_mask = tokenize_prompts(tokenizer, prompts)
-    label_ids, label_valid = pad_label_ids(label_token_ids, _vocab_size(model))
+    label_ids, label_valid = pad_label_ids(label_token_ids, model_vocab_size(model))
     return readout_from_ids(
         model, input_ids, attention_mask, label_ids, label_valid, return_hidden=return_hidden
     )
@@ -177,7 +177,7 @@ def readout_from_ids(
     label_ids = label_ids.to(device)
     label_valid = label_valid.to(device=device, dtype=torch.bool)
 
-    vocab_size = _vocab_size(model)
+    vocab_size = model_vocab_size(model)
     valid_ids = label_ids[label_valid]
     if valid_ids.numel() and (valid_ids.min() < 0 or valid_ids.max() >= vocab_size):
         raise ValueError(f"label ids must lie in [0, {vocab_size}) for this model")
@@ -244,7 +244,7 @@ def _check_ids(
         )
 
 
-def _vocab_size(model: PreTrainedModel) -> int:
+def model_vocab_size(model: PreTrainedModel) -> int:
     """Rows of the output embedding (the logit dimension)."""
     return model.get_output_embeddings().weight.shape[0]
 
