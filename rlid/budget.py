@@ -13,8 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import Literal, get_args
 
-CURRENCIES = (
+BudgetCurrency = Literal[
     "env_steps",
     "episodes",
     "decisions",
@@ -24,7 +25,9 @@ CURRENCIES = (
     "generated_tokens",
     "optimizer_steps",
     "wall_time",
-)
+]
+"""The counters a run's budget can be stated (and stopped) in."""
+CURRENCIES: tuple[str, ...] = get_args(BudgetCurrency)
 
 
 @dataclass

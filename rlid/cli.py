@@ -56,6 +56,8 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _add_play(sub: argparse._SubParsersAction) -> None:
+    from rlid.config import add_env_option_argument
+
     p = sub.add_parser(
         "play",
         help="play an env in the terminal, seeing the menu with afterstates an agent sees",
@@ -63,14 +65,7 @@ def _add_play(sub: argparse._SubParsersAction) -> None:
     p.add_argument("env_id", help="env id (see `rlid envs`)")
     p.add_argument("--game-seed", type=int, default=None, help="game index within the split")
     p.add_argument("--split", default="train", choices=["train", "heldout"], help="game split")
-    p.add_argument(
-        "--env-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="env option (repeatable), e.g. -o size=3",
-    )
+    add_env_option_argument(p)
     p.add_argument("--seed", type=int, default=0, help="reset seed")
     p.add_argument(
         "--no-afterstates", action="store_true", help="hide predicted afterstates from the menu"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from menus import Interface
+from rlid.budget import BudgetCurrency
 
 Plane = Literal["decision", "token", "scoring"]
 AdvantageKind = Literal["group", "gae"]
@@ -25,17 +26,6 @@ TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 Mismatch = Literal["none", "tis", "icepop"]
 ScoreNorm = Literal["sum", "token", "word"]
 RolloutEngine = Literal["trainer", "perturbed", "bf16"]
-BudgetCurrency = Literal[  # the counters of rlid.budget.Budget that a run can be stopped at
-    "env_steps",
-    "episodes",
-    "decisions",
-    "forward_passes",
-    "tokens_processed",
-    "generated_samples",
-    "generated_tokens",
-    "optimizer_steps",
-    "wall_time",
-]
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -242,17 +232,17 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
+def add_env_option_argument(
+    parser: argparse.ArgumentParser, help: str = "env option (repeatable), e.g. -o size=3"
+) -> None:
+    """``--env-option/-o K=V`` (repeatable); parse with ``envs.registry.parse_option_strings``."""
+    parser.add_argument("--env-option", "-o", action="append", default=[], metavar="K=V", help=help)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per TrainConfig and Interface field (defaults None: 'not given')."""
     parser.add_argument("--config", type=Path, help="TOML file with config values (flags win)")
-    parser.add_argument(
-        "--env-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="env option (repeatable), e.g. -o size=3",
-    )
+    add_env_option_argument(parser)
     group = parser.add_argument_group("training")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from menus import Interface
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, add_env_option_argument
 
 # A setting that learns visibly in minutes on 2 CPU cores (see README "Demo").
 DEMO_ENV = "tw-coin_collector"
@@ -79,9 +79,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: warm start, decision PPO, held-out table")
     p.add_argument("--env", default=DEMO_ENV, help="env id")
-    p.add_argument(
-        "--env-option", "-o", action="append", default=[], metavar="K=V", help="env option"
-    )
+    add_env_option_argument(p)
     p.add_argument("--steps", type=int, default=DEMO_STEPS, help="env-step budget")
     p.add_argument("--seed", type=int, default=0, help="seed")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")

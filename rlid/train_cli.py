@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlid.config import TrainConfig, add_config_arguments, config_from_args
+from rlid.config import (
+    TrainConfig,
+    add_config_arguments,
+    add_env_option_argument,
+    config_from_args,
+)
 
 
 def policy_factory(config: TrainConfig) -> Any:
@@ -95,10 +100,7 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--run", required=True, type=Path, help="run directory (from `rlid train`)")
     e.add_argument("--env", default=None, help="env id (default: the run's env)")
-    e.add_argument(
-        "--env-option", "-o", action="append", default=[], metavar="K=V",
-        help="env option (repeatable; default: the run's options)",
-    )  # fmt: skip
+    add_env_option_argument(e, help="env option (repeatable; default: the run's options)")
     e.add_argument("--split", default="heldout", choices=["train", "heldout"], help="game split")
     e.add_argument("--episodes", type=int, default=32, help="episodes to play")
     e.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
