@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from menus import Interface, LabelSet, Menu, compile_menu
+from menus import Interface, LabelSet, Menu, menu_for_step
 from menus.prompt import label_context, render_decision_prompt
 from rlid.budget import Budget, Timers
 from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
@@ -104,19 +104,6 @@ class DecisionPolicy:
         return len(self.labels.labels)
 
     # ------------------------------------------------------------------ acting
-    def build_menu(
-        self, info: dict[str, Any], memory_text: str | None, rng: np.random.Generator | None
-    ) -> Menu:
-        afterstates = info.get("afterstates") if self.interface.afterstates else None
-        return compile_menu(
-            info["legal_actions"],
-            afterstates,
-            memory_text,
-            labels=self.labels,
-            rng=rng if self.interface.shuffle else None,
-            overflow=self.interface.overflow,
-        )
-
     def act(
         self,
         observations: list[str],
@@ -130,7 +117,10 @@ class DecisionPolicy:
     ) -> list[Decision]:
         """One decision per env, from one batched forward."""
         with self.timers.time("menu"):
-            menus = [self.build_menu(i, m, rng) for i, m in zip(infos, memory_texts)]
+            menus = [
+                menu_for_step(i, self.interface, self.labels, m, rng)
+                for i, m in zip(infos, memory_texts)
+            ]
             prompts = [
                 render_decision_prompt(o, i, menu, self.interface, self.tokenizer, memory_text=m)
                 for o, i, menu, m in zip(observations, infos, menus, memory_texts)
