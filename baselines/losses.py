@@ -54,14 +54,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-Variant = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
-Mismatch = Literal["none", "tis", "icepop"]
-AdvantageScale = Literal["std", "none"]
+from rlid.names import AdvantageScale, Mismatch, TokenAlgo
+
+Variant = TokenAlgo  # the loss variants are the token-plane algorithms
 Metrics = dict[str, Tensor]
 
 

@@ -29,7 +29,7 @@ all of them, so the K-fold price is visible in the budget (DESIGN §8).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,9 +39,10 @@ from baselines.engine import completion_logprobs
 from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from rlid.budget import Budget, Timers
+from rlid.names import ScoreNorm
 from rlid.policy import Decision, ValueHead, sample_rows
 
-Norm = Literal["sum", "token", "word"]
+Norm = ScoreNorm
 
 # (sum of token log-probs (N,), completion token counts (N,), action word counts (N,)) -> (N,)
 NORMS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {

@@ -55,7 +55,7 @@ from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.lora import load_run_model
 from rlid.rollout import Episode, collect_episodes, episode_stats
-from rlid.runlog import RunLog
+from rlid.runs.log import RunLog
 from rlid.trainer import (
     begin_run,
     end_iteration,

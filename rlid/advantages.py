@@ -7,12 +7,11 @@ advantage) and return new tensors.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-AdvantageScale = Literal["std", "none"]
+from rlid.names import AdvantageScale
 
 
 def next_values_from(values: Tensor, last_value: Tensor) -> Tensor:

@@ -18,14 +18,15 @@ from typing import Any, Literal, get_args
 
 from menus import Interface
 from rlid.budget import BudgetCurrency
-
-Plane = Literal["decision", "token", "scoring"]
-AdvantageKind = Literal["group", "gae"]
-AdvScale = Literal["std", "none"]
-TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
-Mismatch = Literal["none", "tis", "icepop"]
-ScoreNorm = Literal["sum", "token", "word"]
-RolloutEngine = Literal["trainer", "perturbed", "bf16"]
+from rlid.names import (
+    AdvantageKind,
+    AdvantageScale,
+    EngineName,
+    Mismatch,
+    PlaneName,
+    ScoreNorm,
+    TokenAlgo,
+)
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -37,7 +38,7 @@ class TrainConfig:
     """Everything a training run needs; see each field's help (``rlid train --help``)."""
 
     # --- what to train, where -------------------------------------------------------
-    plane: Plane = _f("decision", "decision (menu readout), token (free text) or scoring")
+    plane: PlaneName = _f("decision", "decision (menu readout), token (free text) or scoring")
     env: str = _f("keydoor", "env id (see `rlid envs`)")
     env_options: dict[str, Any] = field(
         default_factory=dict,
@@ -81,7 +82,7 @@ class TrainConfig:
     advantage: AdvantageKind = _f(
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
     )
-    adv_scale: AdvScale = _f("std", "group advantages divided by the group std (std) or not")
+    adv_scale: AdvantageScale = _f("std", "group advantages divided by the group std (std) or not")
     gamma: float = _f(0.99, "discount (GAE; also the return of group advantages)")
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
@@ -95,7 +96,7 @@ class TrainConfig:
     # --- token plane (baselines) --------------------------------------------------------
     algo: TokenAlgo = _f("grpo", "token-plane loss: grpo, dr_grpo, dapo, gspo or cispo")
     mismatch: Mismatch = _f("none", "train-inference correction: none, tis or icepop")
-    rollout_engine: RolloutEngine = _f(
+    rollout_engine: EngineName = _f(
         "trainer",
         "token-plane sampler: trainer (same model), perturbed (seeded logit noise) or bf16",
     )

@@ -5,9 +5,9 @@ are asked for one decision each in a single batched call, then stepped. A *group
 is a set of episodes reset with the same seed, i.e. the same game played several
 times (GRPO's "several responses to the same prompt", at the episode level).
 
-The policy object only needs ``act(observations, infos, memory_texts, rng=...,
-generator=..., greedy=..., temperature=...) -> list`` of records with an ``action``
-string; decision, scoring and token policies all fit.
+The policy only needs :class:`rlid.protocols.Policy`: ``act(observations, infos,
+memory_texts, rng=..., generator=..., greedy=..., temperature=...)`` returning one
+record with an ``action`` string per env; decision, scoring and token policies all fit.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from menus import make_memory
 from rlid.budget import Budget, Timers
+from rlid.protocols import Policy
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Episode:
 
 def collect_episodes(
     envs: list[Any],
-    policy: Any,
+    policy: Policy,
     reset_seeds: list[int],
     groups: list[int],
     *,

@@ -31,10 +31,12 @@ from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.lora import AdapterDisabled, load_run_model
-from rlid.policy import Decision, DecisionPolicy, ValueHead
+from rlid.planes import get_plane
+from rlid.policy import Decision, ValueHead
 from rlid.ppo import decision_ppo_loss
+from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
-from rlid.runlog import RunLog
+from rlid.runs.log import RunLog
 
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
 
@@ -165,7 +167,7 @@ def _evaluate(
 
 
 def ppo_update(
-    policy: DecisionPolicy,
+    policy: MenuPolicy,
     decisions: list[Decision],
     advantages: torch.Tensor,
     targets: torch.Tensor,
@@ -323,8 +325,19 @@ def finish_run(
     log.finish()
 
 
+def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
+    """``make_policy(model, tokenizer, interface, **kw)`` of the config's plane (rlid.planes)."""
+    plane = get_plane(config.plane)
+
+    def make_policy(model: Any, tokenizer: Any, interface: Any, **kw: Any) -> MenuPolicy:
+        policy = plane.make_policy(config.replace(interface=interface), model, tokenizer, **kw)
+        return policy  # type: ignore[return-value]  # decision / scoring: menu policies
+
+    return make_policy
+
+
 def train(
-    config: TrainConfig,
+    config: TrainConfig | None,
     out: Path,
     *,
     resume: bool = False,
@@ -334,8 +347,8 @@ def train(
     """Train with decision-level PPO; everything lands in the run directory ``out``.
 
     ``make_policy(model, tokenizer, interface, value_head=..., budget=..., timers=...)``
-    builds the menu policy (default :class:`DecisionPolicy`; the scoring plane passes
-    its own).
+    builds the menu policy (default: the config's plane from :mod:`rlid.planes`, i.e.
+    :class:`DecisionPolicy` or the scoring plane's policy).
     """
 
     log = RunLog.open(Path(out), config, resume=resume)
@@ -347,7 +360,7 @@ def train(
     model, tokenizer = load_run_model(config, log)
     model.eval()  # no dropout: rollouts and updates see the same function
     value_head = ValueHead(model.config.hidden_size) if config.advantage == "gae" else None
-    make_policy = make_policy or DecisionPolicy
+    make_policy = make_policy or plane_policy_factory(config)
     policy = make_policy(
         model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers
     )

@@ -17,7 +17,7 @@ from rlid.audit import (
     load_wordings,
     resolve_problem,
 )
-from rlid.audit_exact import (
+from rlid.audit.exact import (
     TextScores,
     WordingSet,
     continuation_ids,
@@ -25,17 +25,17 @@ from rlid.audit_exact import (
     score_mean_rel,
     text_scores,
 )
-from rlid.audit_mc import estimator_grams, monte_carlo, sample_trace_cov
-from rlid.audit_moments import (
+from rlid.audit.mc import estimator_grams, monte_carlo, sample_trace_cov
+from rlid.audit.moments import (
     EstimatorAtoms,
     decompose,
     noisy_atoms,
     plain_atoms,
     wording_bonus_atoms,
 )
-from rlid.audit_states import BUILTIN_STATES
+from rlid.audit.paraphrases import paraphrases, surface_variants
+from rlid.audit.states import BUILTIN_STATES
 from rlid.models import build_model_from_config, build_tiny_model, model_config
-from rlid.paraphrases import paraphrases, surface_variants
 from rlid.tokenizer import build_tiny_tokenizer
 
 torch.set_num_threads(1)

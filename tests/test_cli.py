@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from rlid.cli import build_parser, main
-from rlid.play import format_menu, play
+from rlid.cli.play import format_menu, play
 
 
 def _choices() -> dict[str, argparse.ArgumentParser]:

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlid import compare as compare_mod
 from rlid.cli import main as cli_main
-from rlid.compare_config import CompareConfigError
-from rlid.compare_curves import curves_for
-from rlid.compare_parse import parse_compare_config
-from rlid.rundir import read_metrics
-from rlid.runlog import RunLog
-from rlid.stats import bootstrap_mean
+from rlid.compare import run as compare_mod
+from rlid.compare.config import CompareConfigError
+from rlid.compare.curves import curves_for
+from rlid.compare.parse import parse_compare_config
+from rlid.compare.stats import bootstrap_mean
+from rlid.runs.dir import read_metrics
+from rlid.runs.log import RunLog
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 5}
 
@@ -127,7 +127,7 @@ def test_cli_refuses_a_bad_config_before_any_run(tmp_path, capsys):
 
 
 def test_shipped_example_config_is_valid():
-    from rlid.compare_parse import load_compare_config
+    from rlid.compare.parse import load_compare_config
 
     example = Path(__file__).resolve().parents[1] / "examples" / "compare_small.toml"
     compare = load_compare_config(example)

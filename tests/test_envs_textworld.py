@@ -17,9 +17,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs
-from envs import tw_cache
-from envs.textworld_env import clean_observation
-from envs.tw_verify import CHECK_GAMES, CheckReport, check_afterstates
+from envs.textworld import cache as tw_cache
+from envs.textworld.env import clean_observation
+from envs.textworld.verify import CHECK_GAMES, CheckReport, check_afterstates
 
 TW_IDS = [env_id for env_id in envs.list_envs() if env_id.startswith("tw-")]
 OPTIONS = dict(CHECK_GAMES)
@@ -158,7 +158,7 @@ def test_afterstate_sentences():
 
 def test_drinking_is_tracked():
     # TextWorld 1.7's tracker misses the cooking games' "drinking carried thing" event;
-    # envs.tw_tracking.EVENT_ALIASES fixes it (found by envs.tw_verify).
+    # envs.textworld.tracking.EVENT_ALIASES fixes it (found by envs.textworld.verify).
     env = envs.make("tw-cooking", recipe=1, take=0, go=1, game_seed=1).unwrapped
     _, info = env.reset(seed=0)
     menu = dict(zip(info["legal_actions"], info["afterstates"]))

@@ -15,7 +15,7 @@ from rlid.config import TrainConfig
 from rlid.lora import AdapterDisabled, apply_lora
 from rlid.models import build_tiny_model, load_policy_model
 from rlid.policy import DecisionPolicy
-from rlid.rundir import read_metrics
+from rlid.runs.dir import read_metrics
 from rlid.tokenizer import build_tiny_tokenizer
 
 

@@ -23,7 +23,7 @@ from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.models import load_policy_model, save_policy_model
 from rlid.rollout import Episode
-from rlid.runlog import RunLog
+from rlid.runs.log import RunLog
 from rlid.trainer import iteration_rngs, make_envs, make_reset_seeds
 
 INTERFACE = Interface(memory="none")

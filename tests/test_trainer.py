@@ -13,7 +13,7 @@ from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
 from rlid.models import load_policy_model
-from rlid.rundir import read_metrics
+from rlid.runs.dir import read_metrics
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 

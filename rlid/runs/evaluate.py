@@ -1,7 +1,6 @@
 """Evaluate a finished (or interrupted) run directory on held-out games.
 
-This module belongs to the CLI layer: it builds the policy of whichever plane the
-run trained (decision, scoring or token).
+The acting policy of the run's plane comes from the plane registry (:mod:`rlid.planes`).
 """
 
 from __future__ import annotations
@@ -10,22 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import envs as envs_pkg
-from rlid import rundir
-
-
-def build_policy(config: Any, model: Any, tokenizer: Any) -> Any:
-    """The acting policy of a run's plane, around a loaded model."""
-    if config.plane == "token":
-        from baselines.token_policy import TokenPolicy
-
-        return TokenPolicy(model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens)
-    if config.plane == "scoring":
-        from baselines.scoring import ScoringPolicy
-
-        return ScoringPolicy(model, tokenizer, config.interface, norm=config.norm)
-    from rlid.policy import DecisionPolicy
-
-    return DecisionPolicy(model, tokenizer, config.interface)
+from rlid.planes import get_plane
+from rlid.runs import dir as rundir
 
 
 def evaluate_run(
@@ -42,7 +27,7 @@ def evaluate_run(
     import torch
 
     from rlid.lora import load_run_model
-    from rlid.runlog import RunLog
+    from rlid.runs.log import RunLog
     from rlid.trainer import evaluate
 
     if episodes < 1:
@@ -54,7 +39,7 @@ def evaluate_run(
     torch.set_num_threads(config.threads)
     model, tokenizer = load_run_model(config, log)
     model.eval()
-    policy = build_policy(config, model, tokenizer)
+    policy = get_plane(config.plane).make_policy(config, model, tokenizer)
     env_id = env or config.env
     options = dict(config.env_options) if env is None else {}
     options.update(env_options or {})

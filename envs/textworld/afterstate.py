@@ -26,7 +26,7 @@ A command shared by several logic actions (``take knife`` into either of two
 interchangeable inventory slots) gets one clause when the actions look the same
 to the player, and ``"either ..., or ... (N game actions share this command)"``
 when they do not. One rule family is corrected where the compiled game is stricter
-than its logic: "prepare meal" (:class:`RecipeCheck`). ``envs.tw_verify`` checks
+than its logic: "prepare meal" (:class:`RecipeCheck`). ``envs.textworld.verify`` checks
 all of this against the real game.
 """
 

@@ -9,7 +9,7 @@ logic state (facts, applicable logic actions) in step with it.
 * legal actions: the admissible commands (Inform 7 texts of the applicable logic
   actions), sorted and distinct, as TextWorld itself lists them;
 * reward: score delta; ``won``/``lost`` from the game's own ending;
-* afterstates: predicted from the logic state (:mod:`envs.tw_afterstate`), never by
+* afterstates: predicted from the logic state (:mod:`envs.textworld.afterstate`), never by
   stepping the live game;
 * observations: the game text without the banner, ``>`` prompt, status line and
   excess whitespace.
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs import tw_cache
 from envs.base import TextGameEnv, split_game_seed
 from envs.registry import SPLIT_OFFSETS
-from envs.tw_afterstate import AfterstateModel, group_commands
-from envs.tw_tracking import (
+from envs.textworld import cache as tw_cache
+from envs.textworld.afterstate import AfterstateModel, group_commands
+from envs.textworld.tracking import (
     StartedGame,
     TrackedState,
     restore_tracked,
@@ -62,7 +62,7 @@ def clean_observation(text: str) -> str:
 
 @dataclass(frozen=True)
 class GeneratedGames:
-    """Games generated on demand by TextWorld and cached on disk (:mod:`envs.tw_cache`)."""
+    """Games generated on demand by TextWorld and cached on disk (:mod:`envs.textworld.cache`)."""
 
     challenge: str
     settings: Mapping[str, Any]

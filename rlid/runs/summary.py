@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlid import rundir
-from rlid.files import save_figure
+from rlid.runs import dir as rundir
+from rlid.runs.files import save_figure
 
 CURVE_PANELS = (
     ("return", "episode return"),

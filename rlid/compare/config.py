@@ -1,7 +1,7 @@
 """The comparison config: arms x environments x seeds under one shared budget.
 
 Read from TOML and validated completely before any run starts; every error names
-the offending key (``arms.token-grpo.options.lrr: ...``). Parsed by ``rlid.compare_parse``.
+the offending key (``arms.token-grpo.options.lrr: ...``). Parsed by ``rlid.compare.parse``.
 Example (the shipped ``examples/compare_small.toml`` is a complete one)::
 
     name = "small"
@@ -71,7 +71,7 @@ class CompareConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class EnvSpec:
+class CompareEnv:
     """One environment: training options and held-out options (``split`` is added)."""
 
     name: str
@@ -119,7 +119,7 @@ class CompareConfig:
     interface: Interface  # what every policy sees unless a declared difference says otherwise
     interface_differences: tuple[str, ...]  # Interface fields arms may change
     defaults: dict[str, Any]  # TrainConfig values every arm starts from
-    envs: tuple[EnvSpec, ...]  # environments; each is trained and evaluated separately
+    envs: tuple[CompareEnv, ...]  # environments; each is trained and evaluated separately
     arms: tuple[Arm, ...]  # in the order of the TOML file
 
     def interface_diffs(self) -> dict[str, dict[str, tuple[Any, Any]]]:
@@ -182,7 +182,7 @@ class CompareConfig:
         }
 
 
-def build_train_config(compare: CompareConfig, arm: Arm, env: EnvSpec, seed: int) -> TrainConfig:
+def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: int) -> TrainConfig:
     """defaults < arm options < what the comparison fixes (budget, seed, env, interface)."""
     data = {**compare.defaults, **arm.options}
     data.update(

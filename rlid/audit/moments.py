@@ -1,6 +1,6 @@
 """Exact moments of the two estimators over enumerated outcomes (DESIGN.md §7).
 
-Given the score vectors of :mod:`rlid.audit_exact`, the token-plane estimator
+Given the score vectors of :mod:`rlid.audit.exact`, the token-plane estimator
 g_y = A · ∇log π̃(y|s) and the decision estimator g_a = A · ∇log π̃(a|s) take finitely
 many values, so their means and tr-covariances are finite sums. The outcomes
 ("atoms") are the wordings themselves for the identity, and wordings paired with a
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlid.audit_exact import TextScores, WordingSet
+from rlid.audit.exact import TextScores, WordingSet
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlid.budget import CURRENCIES
-from rlid.files import save_figure
+from rlid.runs.files import save_figure
 
 METRICS = ("success", "return")
 

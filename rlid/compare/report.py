@@ -2,7 +2,7 @@
 
 Everything here reads finished run directories (config, metrics rows with their
 budget counters and wall-time split, eval.json) and summarises across seeds; no
-model is loaded. Intervals are percentile bootstraps over seeds (``rlid.stats``),
+model is loaded. Intervals are percentile bootstraps over seeds (``rlid.compare.stats``),
 seeded, so the report is reproducible from the run directories.
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from rlid import rundir
 from rlid.budget import CURRENCIES, Budget
-from rlid.compare_config import CompareConfig, RunSpec
-from rlid.compare_curves import curves_for, plot_currency, plot_heldout
-from rlid.stats import bootstrap_mean
+from rlid.compare.config import CompareConfig, RunSpec
+from rlid.compare.curves import curves_for, plot_currency, plot_heldout
+from rlid.compare.stats import bootstrap_mean
+from rlid.runs import dir as rundir
 
 HELDOUT_METRICS = ("success", "return", "normalized_score", "episode_length", "invalid_rate")
 BOOTSTRAP_SEED = 0
@@ -135,7 +135,7 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
 
 def write_report(compare: CompareConfig, out: Path, *, ledger: dict[str, Any]) -> dict[str, Any]:
     """Write ``results.json``, ``report.md`` and the PNG plots; return the results."""
-    from rlid.compare_text import format_report
+    from rlid.compare.text import format_report
 
     results = collect(compare, out, ledger)
     plots: dict[str, dict[str, str]] = {}

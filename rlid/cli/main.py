@@ -50,7 +50,7 @@ def _add_envs(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    from rlid.play import play
+    from rlid.cli.play import play
 
     return play(args)
 
@@ -75,11 +75,11 @@ def _add_play(sub: argparse._SubParsersAction) -> None:
 
 # Subcommands that live in their own modules register through these hooks.
 _EXTERNAL: list[tuple[str, str]] = [
-    ("rlid.pretrain", "add_pretrain_parser"),
-    ("rlid.train_cli", "add_train_parsers"),
-    ("rlid.audit", "add_audit_parser"),
-    ("rlid.compare", "add_compare_parser"),
-    ("rlid.demo", "add_demo_parser"),
+    ("rlid.cli.pretrain", "add_pretrain_parser"),
+    ("rlid.cli.train", "add_train_parsers"),
+    ("rlid.audit.cli", "add_audit_parser"),
+    ("rlid.compare.cli", "add_compare_parser"),
+    ("rlid.cli.demo", "add_demo_parser"),
 ]
 
 

@@ -17,9 +17,9 @@ import torch
 
 from menus import Interface, LabelSet, compile_menu
 from menus.prompt import label_context, render_decision_prompt
-from rlid.audit_exact import TextScores, select_parameters
-from rlid.audit_moments import Decomposition
-from rlid.audit_states import AuditState
+from rlid.audit.exact import TextScores, select_parameters
+from rlid.audit.moments import Decomposition
+from rlid.audit.states import AuditState
 from rlid.readout import label_logprobs
 
 

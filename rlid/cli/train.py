@@ -5,41 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from rlid.config import (
-    TrainConfig,
     add_config_arguments,
     add_env_option_argument,
     config_from_args,
 )
-
-
-def policy_factory(config: TrainConfig) -> Any:
-    """The menu policy of a plane (None: the trainer's default DecisionPolicy)."""
-    if config.plane == "scoring":
-        from functools import partial
-
-        from baselines.scoring import ScoringPolicy
-
-        return partial(ScoringPolicy, norm=config.norm)
-    return None
-
-
-def run_training(config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True):
-    """Dispatch to the decision/scoring PPO trainer or the token-plane trainer."""
-    if resume:
-        from rlid.runlog import RunLog
-
-        config = RunLog.open(out, None, resume=True).config
-    assert config is not None
-    if config.plane == "token":
-        from baselines.token_trainer import train_token
-
-        return train_token(config, out, resume=resume, progress=progress)
-    from rlid.trainer import train
-
-    return train(config, out, resume=resume, make_policy=policy_factory(config), progress=progress)
+from rlid.planes import run_training
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -58,7 +30,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
-    from rlid.evaluation import evaluate_run
+    from rlid.runs.evaluate import evaluate_run
 
     stats = evaluate_run(
         Path(args.run),

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.files import atomic_write_text
+from rlid.runs.files import atomic_write_text
 
 CHECKPOINT = "checkpoint"
 

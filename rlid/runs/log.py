@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rlid import rundir
+from rlid.runs import dir as rundir
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 
@@ -190,7 +190,7 @@ class RunLog:
         return _Bar(config.steps, budget.get(currency), currency, enabled)
 
     def finish(self) -> None:
-        from rlid.report import write_curves, write_summary
+        from rlid.runs.summary import write_curves, write_summary
 
         write_curves(self.path, self.metrics)
         write_summary(self.path, self.config, self.metrics)

@@ -1,10 +1,10 @@
 """``rlid compare``: arms x environments x seeds under one budget, with a report.
 
-Runs every (arm, env, seed) of a comparison config (``rlid.compare_config``)
+Runs every (arm, env, seed) of a comparison config (``rlid.compare.config``)
 sequentially, each a normal run directory ``OUT/runs/ARM-seedN`` trained by
 ``run_training`` until the shared budget in the chosen currency is spent; then
 evaluates held-out games and writes ``OUT/report.md``, ``OUT/results.json`` and
-the plots (``rlid.compare_report``).
+the plots (``rlid.compare.report``).
 
 Resumable at run granularity: a run whose ``eval.json`` has its "after"
 evaluation is reused as it is, a started one is resumed from its last checkpoint
@@ -16,18 +16,15 @@ before anything trains. So a killed comparison continues where it stopped.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlid import rundir
-from rlid.compare_config import CompareConfig, RunSpec
-from rlid.compare_parse import load_compare_config
+from rlid.compare.config import CompareConfig, RunSpec
 from rlid.config import TrainConfig
-from rlid.train_cli import run_training
+from rlid.planes import run_training
+from rlid.runs import dir as rundir
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 
@@ -71,7 +68,7 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     When the held-out options equal the training options, the trainer's own
     before/after evaluation (split="heldout") already is this evaluation.
     """
-    from rlid.evaluation import evaluate_run
+    from rlid.runs.evaluate import evaluate_run
 
     env = next(e for e in compare.envs if e.name == run.env)
     path = heldout_path(out, run)
@@ -95,7 +92,7 @@ def run_comparison(
 
     Returns the results dictionary that is also written to ``OUT/results.json``.
     """
-    from rlid.compare_report import write_report
+    from rlid.compare.report import write_report
 
     out = Path(out)
     runs = compare.runs()
@@ -135,49 +132,3 @@ def run_comparison(
     results = write_report(compare, out, ledger=ledger)
     say(f"report: {out / 'report.md'}")
     return results
-
-
-# ----------------------------------------------------------------------------- CLI
-def _cmd_compare(args: argparse.Namespace) -> int:
-    compare = load_compare_config(args.config)  # every check before any run starts
-    if args.check:
-        print(json.dumps(compare.to_dict(), indent=2))
-        return 0
-    if args.out is None:
-        raise ValueError("--out DIR is required (where the runs and the report go)")
-    say = (lambda _msg: None) if args.quiet else print
-    run_comparison(compare, args.out, progress=not args.quiet, say=say)
-    if not args.quiet:
-        print((Path(args.out) / "report.md").read_text())
-    return 0
-
-
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="compare arms (planes x algorithms) over seeds under one shared budget",
-        description=(
-            "Train every arm x env x seed of a comparison config under the same budget in "
-            "one currency, evaluate on held-out games, and write OUT/report.md (intervals "
-            "across seeds, learning curves against every budget currency, cost tables), "
-            "OUT/results.json and PNG plots. Rerunning with the same --out reuses finished "
-            "runs and resumes a stopped one."
-        ),
-    )
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="TOML",
-        help="comparison config (see examples/compare_small.toml and docs/compare.md)",
-    )  # fmt: skip
-    p.add_argument(
-        "--out", type=Path, metavar="DIR",
-        help="output directory (required unless --check): runs/ARM-seedN run directories, "
-        "report.md, results.json, plots",
-    )  # fmt: skip
-    p.add_argument(
-        "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"
-    )
-    p.add_argument(
-        "--check", action="store_true",
-        help="only validate the config and print it resolved as JSON (trains nothing)",
-    )  # fmt: skip
-    p.set_defaults(func=_cmd_compare)

@@ -17,13 +17,13 @@ from typing import Any
 
 from menus import Interface
 from rlid.budget import CURRENCIES
-from rlid.compare_config import (
+from rlid.compare.config import (
     FIXED_KEYS,
     PLANE_ALGORITHMS,
     Arm,
     CompareConfig,
     CompareConfigError,
-    EnvSpec,
+    CompareEnv,
     build_train_config,
 )
 from rlid.config import TrainConfig
@@ -194,14 +194,14 @@ def _options(table: Any, key: str) -> dict[str, Any]:
     return dict(table)
 
 
-def _envs(value: Any) -> tuple[EnvSpec, ...]:
+def _envs(value: Any) -> tuple[CompareEnv, ...]:
     import envs as envs_pkg
 
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list) or not value:
         raise CompareConfigError("envs: need at least one [[envs]] table with an id")
-    out: list[EnvSpec] = []
+    out: list[CompareEnv] = []
     for i, table in enumerate(value):
         where = f"envs[{i}]"
         _check_keys(table, ENV_KEYS, where)
@@ -219,7 +219,9 @@ def _envs(value: Any) -> tuple[EnvSpec, ...]:
                 raise CompareConfigError(f"{where} ({split} options): {err}") from None
         if any(e.name == name for e in out):
             raise CompareConfigError(f"{where}.name: {name!r} is used twice; give each env a name")
-        out.append(EnvSpec(name=name, env_id=env_id, train_options=train, heldout_options=heldout))
+        out.append(
+            CompareEnv(name=name, env_id=env_id, train_options=train, heldout_options=heldout)
+        )
     return tuple(out)
 
 

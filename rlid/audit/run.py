@@ -9,9 +9,9 @@ and, by the law of total variance (traces of covariance matrices),
     tr Cov[g_y] = tr Cov[g_a] + E_a[ tr Cov[g_y | a] ].
 
 The audit enumerates the wordings of every action exactly in float64 on a real
-model (``rlid.audit_exact``: the text policy is the model's command distribution
+model (``rlid.audit.exact``: the text policy is the model's command distribution
 renormalised over the enumerated wordings), shows the Monte-Carlo picture with
-bootstrap intervals (``rlid.audit_mc``), and runs three negative controls that bound
+bootstrap intervals (``rlid.audit.mc``), and runs three negative controls that bound
 the claim: (1) an advantage that depends on the wording, (2) the label-readout policy
 of the same weights, a different parameterisation the identity says nothing about,
 (3) noise in the advantage itself, which marginalising does not remove.
@@ -25,12 +25,9 @@ of the same weights, a different parameterisation the identity says nothing abou
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +35,19 @@ import torch
 
 from menus import Interface
 from menus.prompt import command_context, render_token_prompt
-from rlid.audit_exact import (
+from rlid.audit.exact import (
     WordingSet,
     float64_copy,
     score_mean_rel,
     select_parameters,
     text_scores,
 )
-from rlid.audit_label import label_policy_control
-from rlid.audit_mc import DEFAULT_SIZES, estimator_grams, monte_carlo
-from rlid.audit_moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
-from rlid.audit_report import format_report, verdicts, write_plot
-from rlid.audit_states import BUILTIN_STATES, DEFAULT_STATE, AuditState
-from rlid.paraphrases import WORDING_STYLES
+from rlid.audit.label import label_policy_control
+from rlid.audit.mc import DEFAULT_SIZES, estimator_grams, monte_carlo
+from rlid.audit.moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
+from rlid.audit.paraphrases import WORDING_STYLES
+from rlid.audit.report import verdicts
+from rlid.audit.states import BUILTIN_STATES, DEFAULT_STATE, AuditState
 
 AUDIT_INTERFACE = Interface(memory="none", afterstates=False, shuffle=False)
 """Both prompts of the audit: goal, observation and the legal list; no memory, no
@@ -375,60 +372,3 @@ def _mc_row(row, exact) -> dict[str, Any]:
         "trace_cov_action": entry(row.trace_cov_action, exact.trace_cov_action),
         "difference": entry(row.difference, exact.wording_term),
     }
-
-
-# ------------------------------------------------------------------------- CLI
-def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``rlid audit``; every :class:`AuditConfig` field becomes a flag."""
-    parser = subparsers.add_parser(
-        "audit",
-        help="check the marginalization variance identity exactly, with negative controls",
-        description=__doc__.split("\n\n    >>>")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    for f in fields(AuditConfig):
-        kwargs = dict(f.metadata)
-        if f.default not in (None, ()):
-            kwargs["help"] += f" (default: {_shown(f.default)})"
-        if "choices" not in kwargs:
-            kwargs.setdefault("metavar", f.name.upper())
-        parser.add_argument("--" + f.name.replace("_", "-"), default=f.default, **kwargs)
-    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
-    parser.add_argument(
-        "--plot", metavar="PATH", default=None, help="write a bar chart of the variance terms (PNG)"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (the audit is small; default 1)"
-    )
-    parser.set_defaults(func=run_audit)
-
-
-def _shown(value: Any) -> str:
-    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
-def run_audit(args: argparse.Namespace) -> int:
-    """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
-    torch.set_num_threads(max(1, args.threads))
-    try:
-        values = {f.name: getattr(args, f.name) for f in fields(AuditConfig)}
-        values.update(
-            {k: tuple(values[k]) for k in ("actions", "advantages", "params", "mc_sizes")}
-        )
-        config = AuditConfig(**values)
-        wordings = load_wordings(config.wordings) if config.wordings else None
-        resolve_problem(config, wordings)  # input errors before the model loads
-        from rlid.models import load_policy_model
-
-        model, tokenizer = load_policy_model(config.model)
-        start = time.perf_counter()
-        report = audit(model, tokenizer, config, wordings)
-        report["seconds"] = time.perf_counter() - start
-        if args.plot:
-            write_plot(report, Path(args.plot))
-    except (ValueError, FileNotFoundError, KeyError) as err:
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"rlid audit: error: {msg}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlid.files import save_figure
+from rlid.runs.files import save_figure
 
 IDENTITY_TOLERANCE = 1e-9
 """Relative residual below which the identity counts as verified in float64."""

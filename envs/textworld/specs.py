@@ -2,7 +2,7 @@
 
 Challenge ids map their options one-to-one onto ``tw-make <challenge>`` settings
 (TextWorld 1.7); ``tw-custom`` onto ``tw-make custom``; ``tw-file`` plays a game the
-user compiled. Generated games are cached on disk (:mod:`envs.tw_cache`).
+user compiled. Generated games are cached on disk (:mod:`envs.textworld.cache`).
 
     >>> import envs
     >>> env = envs.make("tw-cooking", recipe=2, take=1, go=6, cook=True, game_seed=0)  # doctest: +SKIP
@@ -18,7 +18,7 @@ _COMMON_ARGS = ("split", "game_seed", "num_games", "max_episode_steps", "afterst
 
 
 def _generated(challenge: str, settings: dict[str, Any], options: dict[str, Any]):
-    from envs.textworld_env import GeneratedGames, TextWorldEnv
+    from envs.textworld.env import GeneratedGames, TextWorldEnv
 
     return TextWorldEnv(
         GeneratedGames(challenge, settings), **{k: options[k] for k in _COMMON_ARGS}
@@ -72,7 +72,7 @@ def make_custom(**options: Any):
 
 
 def make_file(**options: Any):
-    from envs.textworld_env import GameFile, TextWorldEnv
+    from envs.textworld.env import GameFile, TextWorldEnv
 
     path = options["path"]
     if path is None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rlid.audit_exact import TextScores
-from rlid.audit_moments import EstimatorAtoms
+from rlid.audit.exact import TextScores
+from rlid.audit.moments import EstimatorAtoms
 
 DEFAULT_SIZES = (4, 16, 64, 256, 1024, 4096)
 

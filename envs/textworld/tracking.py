@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs import tw_cache
+from envs.textworld import cache as tw_cache
 
 # Z-machine RNG seed (Jericho's default, -1, follows the clock): fixed for determinism.
 JERICHO_SEED = 20_240_101

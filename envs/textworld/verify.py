@@ -1,13 +1,13 @@
 """Check predicted TextWorld afterstates against the real game.
 
 Along random walks, for every (state, legal command) pair, the fact delta the
-logic engine predicts (:mod:`envs.tw_afterstate`, computed on one env) is compared
+logic engine predicts (:mod:`envs.textworld.afterstate`, computed on one env) is compared
 with the delta observed by stepping a *separate* env instance from the same state
 (saved and restored with :meth:`TextWorldEnv.snapshot`): its logic-state facts
 before and after the step. Predicted points / win / loss are compared with the
 reward and the ending the game reports.
 
-    python -m envs.tw_verify            # prints pairs checked and every mismatch
+    python -m envs.textworld.verify            # prints pairs checked and every mismatch
 
 A command shared by several logic actions counts as explained when the game ran
 one of them (the game, not the predictor, picks which); those pairs are counted
@@ -25,7 +25,7 @@ import numpy as np
 from envs.registry import make
 
 # Small games from every TextWorld challenge (and a custom one), used by the tests
-# and by ``python -m envs.tw_verify``.
+# and by ``python -m envs.textworld.verify``.
 CHECK_GAMES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("tw-simple", {"rewards": "dense", "goal": "brief"}),
     ("tw-coin_collector", {"level": 5}),

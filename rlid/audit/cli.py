@@ -1,0 +1,74 @@
+"""``rlid audit``: the command line of the audit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlid.audit import run as _run
+from rlid.audit.report import format_report, write_plot
+from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
+
+
+# ------------------------------------------------------------------------- CLI
+def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``rlid audit``; every :class:`AuditConfig` field becomes a flag."""
+    parser = subparsers.add_parser(
+        "audit",
+        help="check the marginalization variance identity exactly, with negative controls",
+        description=(_run.__doc__ or "").split("\n\n    >>>")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for f in fields(AuditConfig):
+        kwargs = dict(f.metadata)
+        if f.default not in (None, ()):
+            kwargs["help"] += f" (default: {_shown(f.default)})"
+        if "choices" not in kwargs:
+            kwargs.setdefault("metavar", f.name.upper())
+        parser.add_argument("--" + f.name.replace("_", "-"), default=f.default, **kwargs)
+    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
+    parser.add_argument(
+        "--plot", metavar="PATH", default=None, help="write a bar chart of the variance terms (PNG)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (the audit is small; default 1)"
+    )
+    parser.set_defaults(func=run_audit)
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        values = {f.name: getattr(args, f.name) for f in fields(AuditConfig)}
+        values.update(
+            {k: tuple(values[k]) for k in ("actions", "advantages", "params", "mc_sizes")}
+        )
+        config = AuditConfig(**values)
+        wordings = load_wordings(config.wordings) if config.wordings else None
+        resolve_problem(config, wordings)  # input errors before the model loads
+        from rlid.models import load_policy_model
+
+        model, tokenizer = load_policy_model(config.model)
+        start = time.perf_counter()
+        report = audit(model, tokenizer, config, wordings)
+        report["seconds"] = time.perf_counter() - start
+        if args.plot:
+            write_plot(report, Path(args.plot))
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"rlid audit: error: {msg}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0

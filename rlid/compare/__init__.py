@@ -1,0 +1,21 @@
+"""The comparison harness (``rlid compare``): arms x envs x seeds under one budget.
+
+* :mod:`rlid.compare.config` — :class:`CompareConfig`, arms, envs and run specs.
+* :mod:`rlid.compare.parse`  — TOML -> :class:`CompareConfig`, with every check.
+* :mod:`rlid.compare.run`    — :func:`run_comparison`: train, resume, reuse, evaluate.
+* :mod:`rlid.compare.report` — ``report.md``, ``results.json`` and the plots.
+* :mod:`rlid.compare.curves` — learning curves against every budget currency.
+* :mod:`rlid.compare.text`   — the text tables of the report.
+* :mod:`rlid.compare.stats`  — bootstrap intervals across seeds.
+* :mod:`rlid.compare.cli`    — ``rlid compare``.
+
+Like :mod:`rlid.cli`, this layer sees every plane (through :mod:`rlid.planes`).
+"""
+
+from __future__ import annotations
+
+from rlid.compare.config import CompareConfig
+from rlid.compare.parse import load_compare_config
+from rlid.compare.run import run_comparison
+
+__all__ = ["CompareConfig", "load_compare_config", "run_comparison"]

@@ -1,0 +1,56 @@
+"""``rlid compare``: the command line of the comparison harness."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlid.compare.parse import load_compare_config
+from rlid.compare.run import run_comparison
+
+
+# ----------------------------------------------------------------------------- CLI
+def _cmd_compare(args: argparse.Namespace) -> int:
+    compare = load_compare_config(args.config)  # every check before any run starts
+    if args.check:
+        print(json.dumps(compare.to_dict(), indent=2))
+        return 0
+    if args.out is None:
+        raise ValueError("--out DIR is required (where the runs and the report go)")
+    say = (lambda _msg: None) if args.quiet else print
+    run_comparison(compare, args.out, progress=not args.quiet, say=say)
+    if not args.quiet:
+        print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare arms (planes x algorithms) over seeds under one shared budget",
+        description=(
+            "Train every arm x env x seed of a comparison config under the same budget in "
+            "one currency, evaluate on held-out games, and write OUT/report.md (intervals "
+            "across seeds, learning curves against every budget currency, cost tables), "
+            "OUT/results.json and PNG plots. Rerunning with the same --out reuses finished "
+            "runs and resumes a stopped one."
+        ),
+    )
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="TOML",
+        help="comparison config (see examples/compare_small.toml and docs/compare.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="output directory (required unless --check): runs/ARM-seedN run directories, "
+        "report.md, results.json, plots",
+    )  # fmt: skip
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"
+    )
+    p.add_argument(
+        "--check", action="store_true",
+        help="only validate the config and print it resolved as JSON (trains nothing)",
+    )  # fmt: skip
+    p.set_defaults(func=_cmd_compare)

@@ -1,0 +1,32 @@
+"""The names of every variant, defined once (``Literal`` types) and imported where needed.
+
+A config field, a loss argument and a CLI choice that name the same thing use the
+same type from here, so adding a variant in one place and not another is a type
+error (``make test`` runs mypy), and ``typing.get_args`` lists the valid names for
+error messages. This module imports nothing but ``typing``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+PlaneName = Literal["decision", "token", "scoring"]
+"""decision: menu + label readout; token: free text (GRPO family); scoring: TWOSOME-style."""
+
+AdvantageKind = Literal["group", "gae"]
+"""group: critic-free group-relative advantages; gae: value head + GAE."""
+
+AdvantageScale = Literal["std", "none"]
+"""Group advantages divided by the group's std (GRPO) or not (Dr. GRPO)."""
+
+TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+"""The token-plane loss variants (``baselines.losses``)."""
+
+Mismatch = Literal["none", "tis", "icepop"]
+"""Train-inference correction on rho = pi_old / mu (``baselines.losses``)."""
+
+ScoreNorm = Literal["sum", "token", "word"]
+"""Action scoring: sum, token-mean or word-mean log-likelihood of an action's tokens."""
+
+EngineName = Literal["trainer", "perturbed", "bf16"]
+"""Token-plane rollout engines (``baselines.engine``; the protocol is ``RolloutEngine``)."""
