@@ -27,6 +27,7 @@ from rlid.names import (
     ScoreNorm,
     TokenAlgo,
 )
+from rlid.runs.trackers import parse_report_to
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -116,6 +117,12 @@ class TrainConfig:
     eval_episodes: int = _f(16, "held-out episodes evaluated before and after training")
     eval_every: int = _f(0, "also evaluate every N iterations (0: only before and after)")
     checkpoint_every: int = _f(1, "write a checkpoint every N iterations")
+    report_to: tuple[str, ...] = _f(
+        (),
+        "experiment trackers fed with every metrics row, comma-separated: tensorboard, "
+        "wandb (offline unless WANDB_MODE is set), mlflow (RUN/mlruns), all or none; "
+        "see rlid.runs.trackers",
+    )
 
     interface: Interface = field(
         default_factory=Interface, metadata={"help": "what the policy sees (menus.Interface)"}
@@ -167,6 +174,7 @@ class TrainConfig:
             )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
+        object.__setattr__(self, "report_to", parse_report_to(self.report_to))
 
     @property
     def episodes_per_iter(self) -> int:
@@ -182,6 +190,10 @@ class TrainConfig:
             del out["budget_currency"]
         if self.label_mass_coef == 0:  # likewise
             del out["label_mass_coef"]
+        if not self.report_to:  # likewise
+            del out["report_to"]
+        else:
+            out["report_to"] = list(self.report_to)
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]
@@ -221,6 +233,8 @@ def _arg_type(hint: Any) -> tuple[Any, tuple[Any, ...] | None]:
         return _arg_type(inner[0])
     if hint is bool:
         return _parse_bool, None
+    if origin is tuple:
+        return str, None  # comma-separated; the dataclass parses it
     return hint, None
 
 

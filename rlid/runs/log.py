@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from rlid.runs import dir as rundir
+from rlid.runs.trackers import RunTrackers
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 
@@ -62,6 +63,10 @@ class RunLog:
         self.config = config
         self.resuming = resuming
         self.metrics: list[dict[str, Any]] = []
+        self.trackers = RunTrackers(
+            path, config.report_to, currency=config.budget_currency,
+            config=config.to_dict(), resuming=resuming,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ opening
     # ``open`` only checks (a new run writes nothing until ``start``), so a run that
@@ -168,6 +173,7 @@ class RunLog:
     def append_metrics(self, row: dict[str, Any]) -> None:
         self.metrics.append(rundir._jsonable(row))
         rundir.write_metrics(self.path, self.metrics)
+        self.trackers.log_row(self.metrics[-1])
 
     def write_origin(self, origin: str) -> None:
         self._update_eval({"model_origin": origin})
@@ -192,5 +198,6 @@ class RunLog:
     def finish(self) -> None:
         from rlid.runs.summary import write_curves, write_summary
 
+        self.trackers.close()
         write_curves(self.path, self.metrics)
         write_summary(self.path, self.config, self.metrics)
