@@ -45,7 +45,11 @@ class TrainConfig:
         default_factory=dict,
         metadata={"help": "env options, e.g. {size = 3}; CLI: --env-option k=v (repeatable)"},
     )
-    model: str = _f("tiny", "'tiny' (embedded default) or a local Hugging Face model directory")
+    model: str = _f(
+        "tiny",
+        "'tiny' (the embedded default, warm-started; built once and cached on first use), "
+        "'tiny-random' (its random initialisation) or a local Hugging Face model directory",
+    )
     steps: int = _f(
         2000,
         "budget in budget_currency units (env steps by default): training stops at the "

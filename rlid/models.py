@@ -6,15 +6,16 @@ and tokenizer files, as ``save_pretrained`` writes them).
 
 ``"tiny"`` is a standard ``LlamaForCausalLM`` built from a config (hidden 128,
 3 layers, 4 heads, tied embeddings, ~0.95M parameters with the ~2.4k-token tiny
-tokenizer, 1024 positions), initialised deterministically from a seed. When the
-tiny-model pretraining step has filled ``tiny_cache_dir()``, ``"tiny"`` loads
-that warm-started model instead (DESIGN §9). Which one was loaded is never
-silent: the returned model carries ``model.rlid_origin``, one of
+tokenizer, 1024 positions), **always warm-started** by language-model pretraining on
+random-play transcripts (DESIGN §9, :mod:`rlid.pretrain`). The warm model is built on
+first use -- a one-time cost announced in one line, with a progress bar -- and cached
+in ``tiny_cache_dir()``; ``rlid pretrain`` builds it ahead of time. A fresh random
+initialisation is only returned on explicit request: ``"tiny-random"`` (or
+``warm=False``). Which one was loaded is never silent: the returned model carries
+``model.rlid_origin``, one of
 
 * ``"warm"``  -- the warm-started tiny model from ``tiny_cache_dir()``;
-* ``"fresh"`` -- a fresh random initialisation of the tiny model (no cache, a
-  stale cache, or ``warm=False``); logged as a warning when a warm start was
-  asked for but none was usable;
+* ``"fresh"`` -- a fresh random initialisation of the tiny model (``"tiny-random"``);
 * ``"local"`` -- a model loaded from a directory the caller named;
 
 and a log line (logger ``rlid.models``) says the same with the directory.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -68,15 +70,87 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
 """Architecture presets; everything else (vocabulary, positions, tying) is shared."""
 
 TINY_NAME = "tiny"
+TINY_RANDOM_NAME = "tiny-random"
+
+WARM_START_RECIPE: Any = None
+"""The :class:`rlid.pretrain.PretrainConfig` a first-use warm build runs (``None``: its
+defaults, what ``rlid pretrain`` runs). Tests put a tiny recipe here; a non-default
+recipe gets its own cache directory, so it never stands in for the real warm model."""
+
+
+def warm_start_recipe() -> Any:
+    from rlid.pretrain import PretrainConfig
+
+    return WARM_START_RECIPE if WARM_START_RECIPE is not None else PretrainConfig()
 
 
 def tiny_cache_dir() -> Path:
     """Where the warm-started tiny model lives: ``<cache_root>/models/tiny-warm``.
 
     ``cache_root()`` honours ``$RLID_CACHE_DIR``. The directory is written by the
-    tiny-model pretraining step with :func:`save_policy_model`.
+    tiny-model pretraining step with :func:`save_policy_model`. A non-default
+    :data:`WARM_START_RECIPE` lives in ``tiny-warm-<hash of the recipe>`` instead.
     """
-    return cache_root() / "models" / "tiny-warm"
+    from dataclasses import asdict
+
+    from rlid.pretrain import PretrainConfig
+
+    recipe = warm_start_recipe()
+    if recipe == PretrainConfig():
+        return cache_root() / "models" / "tiny-warm"
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode()).hexdigest()
+    return cache_root() / "models" / f"tiny-warm-{digest[:12]}"
+
+
+def build_warm_tiny(*, progress: bool = True) -> Path:
+    """Build the warm-started tiny model into ``tiny_cache_dir()`` unless it is there.
+
+    One process builds, others wait on a file lock and then load it. Prints one line
+    announcing the one-time cost; ``progress`` shows the pretraining progress bar.
+    """
+    from filelock import FileLock
+
+    from rlid.pretrain import pretrain
+
+    cache = tiny_cache_dir()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache.parent / f".{cache.name}.lock")):
+        if _warm_usable(cache):
+            return cache
+        recipe = warm_start_recipe()
+        print(
+            f"rlid: building the warm-started tiny model once ({recipe.steps} steps of "
+            "language-model pretraining on random-play transcripts, minutes on a small CPU; "
+            f"cached in {cache}; `rlid pretrain` does this ahead of time)",
+            file=sys.stderr,
+            flush=True,
+        )
+        threads = torch.get_num_threads()
+        try:
+            pretrain(recipe, out=cache, progress=progress)
+        finally:
+            torch.set_num_threads(threads)  # pretraining sets its own; give the caller's back
+    return cache
+
+
+def _warm_usable(cache: Path) -> bool:
+    """The cache holds a model built with today's tiny tokenizer."""
+    if not (cache / "config.json").is_file():
+        return False
+    try:
+        cached = AutoTokenizer.from_pretrained(cache, local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    if cached.get_vocab() == build_tiny_tokenizer().get_vocab():
+        return True
+    logger.warning(
+        "the warm-start cache %s was built with a different tiny tokenizer; building it again",
+        cache,
+    )
+    return False
 
 
 def model_config(
@@ -168,12 +242,12 @@ def load_policy_model(
     """Load a policy model and its tokenizer (left padding, pad token set), in eval mode.
 
     Args:
-        name_or_path: ``"tiny"`` (the embedded model; warm-started when cached) or
-            a local Hugging Face model directory. To load a directory literally
+        name_or_path: ``"tiny"`` (the embedded model, warm-started; built and cached
+            on first use), ``"tiny-random"`` (its fresh random initialisation, seed 0)
+            or a local Hugging Face model directory. To load a directory literally
             named ``tiny``, pass ``"./tiny"``.
         dtype: parameter dtype.
-        warm: for ``"tiny"``, use the warm-start cache when present; ``False``
-            always returns the fresh initialisation (seed 0).
+        warm: ``False`` turns ``"tiny"`` into ``"tiny-random"``.
 
     Returns:
         ``(model, tokenizer)``; ``model.rlid_origin`` is ``"warm"``, ``"fresh"``
@@ -185,12 +259,12 @@ def load_policy_model(
 
     Example::
 
-        >>> model, tok = load_policy_model("tiny", warm=False)
+        >>> model, tok = load_policy_model("tiny-random")
         >>> model.rlid_origin
         'fresh'
     """
-    if isinstance(name_or_path, str) and name_or_path == TINY_NAME:
-        return _load_tiny(dtype=dtype, warm=warm)
+    if isinstance(name_or_path, str) and name_or_path in (TINY_NAME, TINY_RANDOM_NAME):
+        return _load_tiny(dtype=dtype, warm=warm and name_or_path == TINY_NAME)
     path = _check_model_dir(name_or_path)
     model, tokenizer = _load_dir(path, dtype=dtype)
     model.rlid_origin = "local"
@@ -201,28 +275,15 @@ def load_policy_model(
 def _load_tiny(
     *, dtype: torch.dtype, warm: bool
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The warm-started tiny model when usable, else the fresh one (and say which)."""
+    """The warm-started tiny model (built on first use), or the fresh one when not ``warm``."""
+    if warm:
+        cache = build_warm_tiny(progress=True)
+        model, tokenizer = _load_dir(cache, dtype=dtype)
+        model.rlid_origin = "warm"
+        logger.info("loaded the warm-started tiny model from %s", cache)
+        return model, tokenizer
+    logger.info("using the fresh random tiny model (%s)", TINY_RANDOM_NAME)
     tokenizer = build_tiny_tokenizer()
-    cache = tiny_cache_dir()
-    if warm and (cache / "config.json").is_file():
-        model, cached_tokenizer = _load_dir(cache, dtype=dtype)
-        if cached_tokenizer.get_vocab() == tokenizer.get_vocab():
-            model.rlid_origin = "warm"
-            logger.info("loaded the warm-started tiny model from %s", cache)
-            return model, cached_tokenizer
-        logger.warning(
-            "the warm-start cache %s was built with a different tiny tokenizer; ignoring it "
-            "and using a fresh random initialisation (delete it and pretrain again)",
-            cache,
-        )
-    elif warm:
-        logger.warning(
-            "no warm-started tiny model at %s; using a fresh random initialisation "
-            "(the tiny-model pretraining step fills that directory)",
-            cache,
-        )
-    else:
-        logger.info("using the fresh tiny model (warm start disabled)")
     model = build_model_from_config(model_config(tokenizer, "tiny"), seed=0, dtype=dtype)
     model.rlid_origin = "fresh"
     return model, tokenizer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import string
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
+from rlid import models as models_mod
 from rlid import tokenizer as tokenizer_mod
 from rlid.models import (
     build_model_from_config,
@@ -139,15 +141,41 @@ def test_model_config_rejects_unknown_fields(tok):
         model_config(tok, "huge")
 
 
-def test_tiny_without_cache_is_fresh_and_says_so(cache_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="rlid.models"):
-        model, tok = load_policy_model("tiny")
-    assert model.rlid_origin == "fresh"
-    assert "fresh random initialisation" in caplog.text and str(tiny_cache_dir()) in caplog.text
-    assert tiny_cache_dir() == cache_dir / "models" / "tiny-warm"
+def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
+    recipe = models_mod.warm_start_recipe()
+    assert recipe.steps <= 5  # conftest's tiny recipe: this test takes seconds
+    assert tiny_cache_dir().parent == cache_dir / "models"
+    assert tiny_cache_dir().name.startswith("tiny-warm-")  # never the real recipe's dir
+    model, tok = load_policy_model("tiny")
+    err = capfd.readouterr().err
+    notice = [line for line in err.splitlines() if line.startswith("rlid: building")]
+    assert len(notice) == 1 and str(tiny_cache_dir()) in notice[0]
+    assert "pretrain" in err  # the progress bar
+    assert model.rlid_origin == "warm"
+    info = json.loads((tiny_cache_dir() / "pretrain.json").read_text())
+    assert info["config"]["steps"] == recipe.steps
     assert tok.padding_side == "left" and tok.pad_token_id is not None
-    ref = build_tiny_model(build_tiny_tokenizer(), seed=0)
-    assert torch.equal(model.lm_head.weight, ref.lm_head.weight)
+    fresh = build_tiny_model(build_tiny_tokenizer(), seed=0)
+    assert not torch.equal(model.lm_head.weight, fresh.lm_head.weight)  # pretrained, not random
+    # second use: loaded from the cache, no second build
+    again, _ = load_policy_model("tiny")
+    assert "rlid: building" not in capfd.readouterr().err
+    assert torch.equal(again.lm_head.weight, model.lm_head.weight)
+    # random only on explicit request
+    for random_model in (
+        load_policy_model("tiny-random")[0],
+        load_policy_model("tiny", warm=False)[0],
+    ):
+        assert random_model.rlid_origin == "fresh"
+        assert torch.equal(random_model.lm_head.weight, fresh.lm_head.weight)
+
+
+def test_default_recipe_uses_the_plain_cache_dir(cache_dir, monkeypatch):
+    from rlid.pretrain import PretrainConfig
+
+    monkeypatch.setattr(models_mod, "WARM_START_RECIPE", None)
+    assert models_mod.warm_start_recipe() == PretrainConfig()
+    assert tiny_cache_dir() == cache_dir / "models" / "tiny-warm"
 
 
 def test_save_then_load_round_trips(cache_dir, tok):
@@ -155,7 +183,7 @@ def test_save_then_load_round_trips(cache_dir, tok):
     ids = torch.tensor([encode(tok, TYPICAL_PROMPT)])
     save_policy_model(model, tok, tiny_cache_dir())
     save_policy_model(model, tok, tiny_cache_dir())  # overwriting an existing dir works
-    assert [p.name for p in tiny_cache_dir().parent.iterdir()] == ["tiny-warm"]  # no leftovers
+    assert [p.name for p in tiny_cache_dir().parent.iterdir()] == [tiny_cache_dir().name]
     umask = os.umask(0)
     os.umask(umask)
     assert tiny_cache_dir().stat().st_mode & 0o777 == 0o777 & ~umask  # not a private temp dir
@@ -175,14 +203,15 @@ def test_save_then_load_round_trips(cache_dir, tok):
     assert half.dtype == torch.bfloat16
 
 
-def test_stale_warm_cache_is_ignored_loudly(cache_dir, caplog):
+def test_stale_warm_cache_is_rebuilt_loudly(cache_dir, caplog):
     other = build_tiny_tokenizer()
     other.add_tokens(["<|other|>"])
     save_policy_model(build_tiny_model(other), other, tiny_cache_dir())
     with caplog.at_level(logging.WARNING, logger="rlid.models"):
-        model, _ = load_policy_model("tiny")
-    assert model.rlid_origin == "fresh"
+        model, tok = load_policy_model("tiny")
+    assert model.rlid_origin == "warm"
     assert "different tiny tokenizer" in caplog.text
+    assert tok.get_vocab() == build_tiny_tokenizer().get_vocab()
 
 
 def test_missing_and_invalid_paths_fail_clearly(tmp_path):

@@ -20,7 +20,7 @@ TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    # A private cache: "tiny" is then the fresh initialisation, whatever this machine cached.
+    # A private cache: "tiny" is then warm-built there from the tests' tiny recipe (conftest).
     monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from rlid.runs import dir as rundir
-from rlid.runs.trackers import RunTrackers
 from rlid.budget import Budget
 from rlid.config import TrainConfig
+from rlid.runs import dir as rundir
+from rlid.runs.trackers import RunTrackers
 
 
 def config_fingerprint(config: TrainConfig) -> str:

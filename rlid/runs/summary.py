@@ -63,11 +63,28 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+_ORIGINS = {
+    "warm": "warm-started tiny model (language-model pretraining on random-play "
+    "transcripts: it reads menus and writes commands, but knows no task)",
+    "fresh": "**fresh random initialisation** of the tiny model, not warm-started "
+    "(expect slow or no learning; `--model tiny` is the warm-started one)",
+    "local": "local Hugging Face model directory",
+}
+
+
+def describe_model_origin(model: str, origin: str | None) -> str:
+    """One line saying where the run's starting weights came from."""
+    text = _ORIGINS.get(origin or "", f"origin {origin or 'unknown'}")
+    return f"`{model}`: {text}"
+
+
 def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
     """``summary.md``: setting, held-out before/after, last iteration, budget."""
     run_dir = Path(run_dir)
     evals = rundir.read_json(run_dir / "eval.json") if (run_dir / "eval.json").exists() else {}
     lines = [f"# Run `{run_dir.name}`", ""]
+    lines.append(f"**Model:** {describe_model_origin(config.model, evals.get('model_origin'))}")
+    lines.append("")
     lines.append(
         f"plane **{config.plane}**, env **{config.env}** {config.env_options or ''}, "
         f"model `{config.model}` ({evals.get('model_origin', '?')}), seed {config.seed}, "
