@@ -28,6 +28,21 @@ def _peft() -> Any:
     return peft
 
 
+def base_model_path(config: Any) -> str:
+    """Where a LoRA run's base weights live: the model directory, or the warm tiny cache.
+
+    Recorded as ``base_model_name_or_path`` in the adapters' config, so that
+    ``peft.AutoPeftModelForCausalLM.from_pretrained(checkpoint)`` finds them.
+    """
+    from rlid.models import TINY_NAME, TINY_RANDOM_NAME, tiny_cache_dir
+
+    if config.model == TINY_NAME:
+        return str(tiny_cache_dir().resolve())
+    if config.model == TINY_RANDOM_NAME:
+        return TINY_RANDOM_NAME  # no directory: rlid.models rebuilds it from its seed
+    return str(Path(config.model).expanduser().resolve())
+
+
 def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     """Wrap ``model`` with fresh LoRA adapters (rank, alpha and targets from ``config``)."""
     peft = _peft()
@@ -48,6 +63,7 @@ def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
                 f"cannot put LoRA adapters on {targets}: {err}; set --lora-targets to "
                 "module names of this model (e.g. q_proj,v_proj)"
             ) from None
+    wrapped.peft_config["default"].base_model_name_or_path = base_model_path(config)
     return wrapped.eval()
 
 

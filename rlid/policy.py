@@ -13,6 +13,7 @@ Invalid actions are impossible by construction: the sampled row is a legal actio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,22 @@ class DecisionPolicy:
             tokenizer, candidates=interface.labels, context=context, prefix=prefix
         )
         self.pad_id = tokenizer.pad_token_id
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kw: Any) -> DecisionPolicy:
+        """The policy of an agent directory written by ``rlid export`` (:mod:`rlid.runs.export`).
+
+        ``kw`` (``value_head``, ``budget``, ``timers``) go to the constructor.
+        """
+        from rlid.runs.export import load_policy
+
+        policy = load_policy(Path(path), **kw)
+        if not isinstance(policy, cls):
+            raise ValueError(
+                f"{path} holds a {type(policy).__name__}, not a decision-plane agent; "
+                "load it with rlid.runs.export.load_policy"
+            )
+        return policy
 
     @property
     def max_menu_size(self) -> int:

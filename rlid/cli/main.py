@@ -9,6 +9,7 @@ textworld) happen inside the subcommand that needs them, so ``rlid --help`` and
     rlid pretrain                      # warm-start the tiny default model (cached)
     rlid train --plane decision --env keydoor --steps 2000 --out runs/kd
     rlid eval --run runs/kd --env keydoor --split heldout --episodes 32
+    rlid export runs/kd agents/kd      # a Hugging Face model dir + interface.json + model card
     rlid audit                         # the marginalization variance identity, exact
     rlid demo                          # the main job (what `make demo` runs)
 """
@@ -80,6 +81,7 @@ _EXTERNAL: list[tuple[str, str]] = [
     ("rlid.audit.cli", "add_audit_parser"),
     ("rlid.compare.cli", "add_compare_parser"),
     ("rlid.cli.demo", "add_demo_parser"),
+    ("rlid.cli.export", "add_export_parser"),
 ]
 
 
