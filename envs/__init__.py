@@ -4,6 +4,11 @@
     >>> envs.list_envs()  # doctest: +ELLIPSIS
     [...]
     >>> env = envs.make("keydoor", size=3, split="heldout")
+    >>> import gymnasium
+    >>> env = gymnasium.make("rlid/KeyDoor-v0", size=3, split="heldout")  # the same game
+
+Every env id is registered with Gymnasium under the ``rlid/`` namespace
+(:mod:`envs.gym_ids`), so ``gymnasium.make`` and ``gymnasium.make_vec`` work.
 
 This package never imports torch.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 from envs import builtin as _builtin  # noqa: F401  (registers the built-in games)
 from envs.base import TextGameEnv
+from envs.gym_ids import gym_id, gym_ids
 from envs.registry import SPLITS, EnvSpec, Option, get_spec, list_envs, make, register
 from envs.textworld import specs as _tw_specs  # noqa: F401  (registers tw-*; lazy textworld)
 
@@ -21,6 +27,8 @@ __all__ = [
     "Option",
     "TextGameEnv",
     "get_spec",
+    "gym_id",
+    "gym_ids",
     "list_envs",
     "make",
     "register",

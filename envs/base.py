@@ -64,7 +64,8 @@ class TextGameEnv(gymnasium.Env):
         render_mode: ``None`` or ``"ansi"`` (``render()`` returns the last observation).
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # render_fps: only to satisfy Gymnasium's render check (text has no frame rate)
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,

@@ -134,9 +134,13 @@ _REGISTRY: dict[str, EnvSpec] = {}
 
 
 def register(spec: EnvSpec) -> None:
+    """Register an env id, for ``envs.make`` and as a Gymnasium id (``envs.gym_ids``)."""
+    from envs.gym_ids import register_gym
+
     if spec.env_id in _REGISTRY:
         raise ValueError(f"env id {spec.env_id!r} is already registered")
     _REGISTRY[spec.env_id] = spec
+    register_gym(spec.env_id)
 
 
 def get_spec(env_id: str) -> EnvSpec:

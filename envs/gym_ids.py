@@ -1,0 +1,79 @@
+"""Every rlid env id is also a Gymnasium id: ``gymnasium.make("rlid/KeyDoor-v0", **options)``.
+
+    >>> import gymnasium, envs
+    >>> env = gymnasium.make("rlid/KeyDoor-v0", size=3, split="heldout")
+    >>> env.spec.id
+    'rlid/KeyDoor-v0'
+    >>> vec = gymnasium.make_vec("rlid/KeyDoor-v0", num_envs=2, vectorization_mode="sync")
+
+``gymnasium.make("envs:rlid/KeyDoor-v0")`` imports this package first. Options are
+those of ``rlid envs ENV_ID`` and are validated the same way; ``envs.make(env_id,
+**options)`` stays the short form. Gymnasium itself takes ``max_episode_steps`` (it
+then adds its ``TimeLimit`` wrapper on top of the env's own limit of the same name,
+default 50) and ``render_mode`` (``None`` or ``"ansi"``).
+
+The version is bumped whenever an env's dynamics or observations change in a way
+that makes old results incomparable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+
+NAMESPACE = "rlid"
+
+# rlid env id -> Gymnasium name (and version); ids not listed get a derived name.
+GYM_NAMES: dict[str, tuple[str, int]] = {
+    "keydoor": ("KeyDoor", 0),
+    "crafting": ("Crafting", 0),
+    "tw-simple": ("TextWorld-Simple", 0),
+    "tw-coin_collector": ("TextWorld-CoinCollector", 0),
+    "tw-treasure_hunter": ("TextWorld-TreasureHunter", 0),
+    "tw-cooking": ("TextWorld-Cooking", 0),
+    "tw-custom": ("TextWorld-Custom", 0),
+    "tw-file": ("TextWorld-File", 0),
+}
+
+
+def gym_id(env_id: str) -> str:
+    """``"keydoor"`` -> ``"rlid/KeyDoor-v0"``; ``"tw-foo_bar"`` -> ``"rlid/TextWorld-FooBar-v0"``."""
+    if env_id in GYM_NAMES:
+        name, version = GYM_NAMES[env_id]
+    else:
+        prefix = "TextWorld-" if env_id.startswith("tw-") else ""
+        words = env_id.removeprefix("tw-").replace("-", "_").split("_")
+        name, version = prefix + "".join(w[:1].upper() + w[1:] for w in words), 0
+    return f"{NAMESPACE}/{name}-v{version}"
+
+
+def make_gym(env_id: str, render_mode: str | None = None, **options: Any) -> Any:
+    """Gymnasium entry point: ``envs.make(env_id, **options)`` with Gymnasium's render_mode."""
+    from envs.registry import make
+
+    if render_mode not in (None, "ansi"):
+        raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+    env = make(env_id, **options)
+    env.render_mode = render_mode
+    return env
+
+
+def register_gym(env_id: str, doc: str = "") -> str:
+    """Register ``env_id`` with Gymnasium (idempotent); return its Gymnasium id."""
+    gid = gym_id(env_id)
+    if gid not in gymnasium.registry:
+        gymnasium.register(
+            id=gid,
+            entry_point="envs.gym_ids:make_gym",
+            kwargs={"env_id": env_id},
+            disable_env_checker=False,
+        )
+    return gid
+
+
+def gym_ids() -> dict[str, str]:
+    """Gymnasium id -> rlid env id, for every registered rlid env."""
+    from envs.registry import list_envs
+
+    return {gym_id(env_id): env_id for env_id in list_envs()}
