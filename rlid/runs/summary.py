@@ -31,18 +31,22 @@ def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 
 
 def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
-    """``curves.png``: one panel per logged quantity against env steps."""
+    """``curves.png``: one panel per logged quantity against env steps.
+
+    Uses matplotlib's object API with the Agg canvas: the caller's pyplot backend is
+    left alone (training inside a notebook does not switch it).
+    """
     if not metrics:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     panels = [(k, t) for k, t in CURVE_PANELS if _series(metrics, k)[0]]
     cols = 4
     rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    fig = Figure(figsize=(4 * cols, 3 * rows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels):
         xs, ys = _series(metrics, key)
         ax.plot(xs, ys, marker=".", lw=1)
@@ -52,9 +56,7 @@ def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
-    path = save_figure(fig, Path(run_dir) / "curves.png", dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(run_dir) / "curves.png", dpi=90)
 
 
 def _fmt(value: Any) -> str:
