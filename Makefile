@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format install clean-venv
+.PHONY: demo test lint format install clean-venv floors
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,3 +31,12 @@ test: lint
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Install the lowest versions pyproject.toml allows in a throw-away venv and run the
+# fast tests (docs/packaging.md). Slow: downloads a second torch.
+floors:
+	rm -rf /tmp/rlid-floors && python3 -m venv /tmp/rlid-floors
+	/tmp/rlid-floors/bin/pip install -q torch==2.4.0 --index-url https://download.pytorch.org/whl/cpu
+	python3 -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print("\n".join(x.split(";")[0].replace(">=", "==") for x in d if ">=" in x and not x.startswith("torch")))' > /tmp/rlid-floors.txt
+	/tmp/rlid-floors/bin/pip install -q -c /tmp/rlid-floors.txt -e ".[test]"
+	/tmp/rlid-floors/bin/python -m pytest -q -x tests/test_models.py tests/test_readout.py tests/test_menus.py tests/test_envs_builtin.py tests/test_gym_registration.py tests/test_trackers.py tests/test_export.py
