@@ -171,6 +171,9 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert report.index("## Interface differences") < report.index("## Held-out results")
     assert "show_legal_to_token_plane" in report.split("## Arms")[0]
+    assert "## Aggregates across seeds and envs (rliable-style)" in report
+    poi = results["aggregates"]["success"]["probability_of_improvement"]
+    assert poi["decision"]["grpo"]["mean"] == pytest.approx(1 - poi["grpo"]["decision"]["mean"])
     assert (tmp_path / "plots" / "curves-keydoor-forward_passes.png").exists()
     assert (tmp_path / "plots" / "heldout-keydoor.png").exists()
     saved = json.loads((tmp_path / "results.json").read_text())

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlid.budget import CURRENCIES, Budget
+from rlid.compare.aggregates import arm_aggregates
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.curves import curves_for, plot_currency, plot_heldout
 from rlid.compare.stats import bootstrap_mean
@@ -106,6 +107,39 @@ def summarise_arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+AGGREGATE_METRICS = ("success", "normalized_score")
+
+
+def aggregates(compare: CompareConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """rliable-style IQM, mean and probability of improvement over (seeds x envs) per arm.
+
+    A metric is left out when some run has no held-out 'after' value for it.
+    """
+    out: dict[str, Any] = {}
+    index = {(r["arm"], r["env"], r["seed"]): r for r in runs}
+    for metric in AGGREGATE_METRICS:
+        scores: dict[str, list[list[float]]] = {}
+        for arm in compare.arms:
+            matrix = []
+            for seed in compare.seeds:
+                row = []
+                for env in compare.envs:
+                    after = (index.get((arm.name, env.name, seed)) or {}).get("heldout", {})
+                    value = (after.get("after") or {}).get(metric)
+                    if value is None:
+                        break
+                    row.append(float(value))
+                else:
+                    matrix.append(row)
+                    continue
+                break
+            if len(matrix) == len(compare.seeds):
+                scores[arm.name] = matrix
+        if scores and len(scores) == len(compare.arms):
+            out[metric] = arm_aggregates(scores, seed=BOOTSTRAP_SEED)
+    return out
+
+
 def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[str, Any]:
     """The full results dictionary (what ``results.json`` holds), plots not included."""
     runs = [load_run(out, run) for run in compare.runs()]
@@ -122,6 +156,7 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
         curves = curves_for({arm: [r["rows"] for r in rs] for arm, rs in by_arm.items()})
         envs[env.name] = {"arms": arms, "curves": curves}
     return {
+        "aggregates": aggregates(compare, runs),
         "comparison": compare.to_dict(),
         "interface_differences": {
             arm: {f: list(v) for f, v in diff.items()}

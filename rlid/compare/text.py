@@ -56,8 +56,44 @@ def format_report(results: dict[str, Any]) -> str:
     lines += _arms_section(comp)
     for env_name, env in results["envs"].items():
         lines += _env_sections(env_name, env, comp, results["plots"].get(env_name, {}))
+    lines += _aggregates_section(results.get("aggregates") or {}, comp)
     lines += _runs_section(results["runs"])
     return "\n".join(lines)
+
+
+def _aggregates_section(aggregates: dict[str, Any], comp: dict[str, Any]) -> list[str]:
+    if not aggregates:
+        return []
+    n_envs = len(comp.get("envs", [])) or 1
+    lines = ["## Aggregates across seeds and envs (rliable-style)", ""]
+    rows = []
+    arms = list(next(iter(aggregates.values()))["iqm"])
+    for arm in arms:
+        row = [arm]
+        for metric in aggregates:
+            row += [_iv(aggregates[metric]["mean"][arm]), _iv(aggregates[metric]["iqm"][arm])]
+        rows.append(row)
+    header = ["arm"]
+    for metric in aggregates:
+        name = metric.replace("_", " ")
+        header += [f"{name}: mean", f"{name}: IQM"]
+    lines += _table(header, rows)
+    for metric, agg in aggregates.items():
+        poi = agg["probability_of_improvement"]
+        if len(arms) < 2:
+            break
+        lines += [f"Probability of improvement P(row > column), held-out {metric}:", ""]
+        lines += _table(
+            ["arm"] + arms,
+            [[a] + ["-" if a == b else _iv(poi[a][b]) for b in arms] for a in arms],
+        )
+    lines.append(
+        f"IQM: interquartile mean over all {len(comp['seeds'])} seed(s) x {n_envs} env(s) "
+        "(with fewer than 4 runs it equals the mean); intervals: 95% stratified bootstrap "
+        "(runs resampled within each env); P(X > Y): per-env Mann-Whitney statistic averaged "
+        "over envs, 0.5 = no difference (Agarwal et al., 2021)."
+    )
+    return lines + [""]
 
 
 def _interface_section(results: dict[str, Any]) -> list[str]:
