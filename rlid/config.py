@@ -221,34 +221,7 @@ class TrainConfig:
 
 
 # ----------------------------------------------------------------------------- CLI glue
-_SKIP_FLAGS = {"interface", "env_options"}
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _arg_type(hint: Any) -> tuple[Any, tuple[Any, ...] | None]:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return str, get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        inner = [a for a in get_args(hint) if a is not type(None)]
-        return _arg_type(inner[0])
-    if hint is bool:
-        return _parse_bool, None
-    if origin is tuple:
-        return str, None  # comma-separated; the dataclass parses it
-    return hint, None
-
-
-def _parse_bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+_SKIP_FLAGS = ("interface", "env_options")
 
 
 def add_env_option_argument(
@@ -260,42 +233,20 @@ def add_env_option_argument(
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per TrainConfig and Interface field (defaults None: 'not given')."""
+    from rlid.flags import add_dataclass_arguments
+
     parser.add_argument("--config", type=Path, help="TOML file with config values (flags win)")
     add_env_option_argument(parser)
     group = parser.add_argument_group("training")
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in _SKIP_FLAGS:
-            continue
-        kind, choices = _arg_type(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        group.add_argument(
-            _flag(f.name),
-            dest=f.name,
-            type=kind,
-            choices=choices,
-            default=None,
-            help=f"{f.metadata.get('help', '')} (default: {default})",
-        )
+    add_dataclass_arguments(group, TrainConfig, skip=_SKIP_FLAGS)
     igroup = parser.add_argument_group("interface (what the policy sees)")
-    ihints = typing.get_type_hints(Interface)
-    for f in dataclasses.fields(Interface):
-        kind, choices = _arg_type(ihints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        igroup.add_argument(
-            _flag(f.name),
-            dest=f"interface__{f.name}",
-            metavar=None if choices else f.name.upper(),
-            type=kind,
-            choices=choices,
-            default=None,
-            help=f"{(f.metadata or {}).get('help', f.name)} (default: {default})",
-        )
+    add_dataclass_arguments(igroup, Interface, dest_prefix="interface__")
 
 
 def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
     """TOML file (if any) < flags < ``fixed``; validated."""
     from envs.registry import parse_option_strings
+    from rlid.flags import given_values
 
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -308,14 +259,8 @@ def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
             raise ValueError(f"config file {path} is not valid TOML: {err}") from None
     interface = dict(data.pop("interface", {}) or {})
     env_options = dict(data.pop("env_options", {}) or {})
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(args, f.name, None)
-        if f.name not in _SKIP_FLAGS and value is not None:
-            data[f.name] = value
-    for f in dataclasses.fields(Interface):
-        value = getattr(args, f"interface__{f.name}", None)
-        if value is not None:
-            interface[f.name] = value
+    data.update(given_values(args, TrainConfig, skip=_SKIP_FLAGS))
+    interface.update(given_values(args, Interface, dest_prefix="interface__"))
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
     data.update(fixed)
     data["env_options"] = env_options

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +40,30 @@ from menus.prompt import (
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 
 
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Settings of the warm start (defaults: a few minutes on 2 CPU cores)."""
+    """Settings of the warm start (defaults: a few minutes on 2 CPU cores); ``rlid pretrain``
+    derives its flags from these fields."""
 
-    envs: tuple[str, ...] = DEFAULT_ENVS  # env ids whose training games are played at random
-    episodes_per_env: int = 48  # random-play episodes per env
-    max_episode_steps: int = 12  # cap per random episode (short: prompts, not solutions)
-    steps: int = 400  # optimizer steps
-    batch_size: int = 16  # sequences per step
-    lr: float = 2e-3  # AdamW, cosine decay to 10%
-    max_tokens: int = 384  # longer sequences are dropped
-    seed: int = 0
-    threads: int = 2
+    envs: tuple[str, ...] = _f(
+        DEFAULT_ENVS, "env ids whose training games are played at random (space or comma separated)"
+    )
+    episodes_per_env: int = _f(48, "random-play episodes per env", aliases=("--episodes",))
+    max_episode_steps: int = _f(12, "cap per random episode (short: prompts, not solutions)")
+    steps: int = _f(400, "optimizer steps")
+    batch_size: int = _f(16, "sequences per step")
+    lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
+    max_tokens: int = _f(384, "longer sequences are dropped")
+    seed: int = _f(0, "seed (play and training)")
+    threads: int = _f(2, "torch CPU threads")
 
     def __post_init__(self) -> None:
+        envs = tuple(part.strip() for item in self.envs for part in str(item).split(","))
+        object.__setattr__(self, "envs", tuple(e for e in envs if e))
         for name in ("episodes_per_env", "max_episode_steps", "steps", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

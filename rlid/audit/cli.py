@@ -6,15 +6,14 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from rlid.audit import run as _run
 from rlid.audit.report import format_report, write_plot
 from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
+from rlid.flags import add_dataclass_arguments, given_values
 
 
 # ------------------------------------------------------------------------- CLI
@@ -26,13 +25,7 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(_run.__doc__ or "").split("\n\n    >>>")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for f in fields(AuditConfig):
-        kwargs = dict(f.metadata)
-        if f.default not in (None, ()):
-            kwargs["help"] += f" (default: {_shown(f.default)})"
-        if "choices" not in kwargs:
-            kwargs.setdefault("metavar", f.name.upper())
-        parser.add_argument("--" + f.name.replace("_", "-"), default=f.default, **kwargs)
+    add_dataclass_arguments(parser, AuditConfig)
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument(
         "--plot", metavar="PATH", default=None, help="write a bar chart of the variance terms (PNG)"
@@ -43,19 +36,11 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_audit)
 
 
-def _shown(value: Any) -> str:
-    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
     torch.set_num_threads(max(1, args.threads))
     try:
-        values = {f.name: getattr(args, f.name) for f in fields(AuditConfig)}
-        values.update(
-            {k: tuple(values[k]) for k in ("actions", "advantages", "params", "mc_sizes")}
-        )
-        config = AuditConfig(**values)
+        config = AuditConfig(**given_values(args, AuditConfig))
         wordings = load_wordings(config.wordings) if config.wordings else None
         resolve_problem(config, wordings)  # input errors before the model loads
         from rlid.models import load_policy_model

@@ -54,7 +54,8 @@ def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """``"tensorboard,wandb"`` / ``["tensorboard"]`` / ``"none"`` -> validated names."""
     if value is None:
         return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [part for item in ([value] if isinstance(value, str) else value)
+             for part in str(item).split(",")]  # fmt: skip
     names: list[str] = []
     for item in items:
         name = str(item).strip().lower()

@@ -1,0 +1,61 @@
+"""One way to derive CLI flags from a config dataclass, for train, audit and pretrain."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from menus import Interface
+from rlid.audit.run import AuditConfig
+from rlid.cli.main import build_parser
+from rlid.config import TrainConfig
+from rlid.flags import given_values
+from rlid.pretrain import PretrainConfig
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize(
+    ("command", "cls", "skip"),
+    [
+        ("train", TrainConfig, {"interface", "env_options"}),
+        ("train", Interface, set()),
+        ("audit", AuditConfig, set()),
+        ("pretrain", PretrainConfig, set()),
+    ],
+)
+def test_every_field_is_a_flag_with_its_default_in_the_help(command, cls, skip):
+    parser = _subparser(command)
+    flags = {s: a for a in parser._actions for s in a.option_strings}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        action = flags["--" + f.name.replace("_", "-")]
+        assert action.default is None and "(default: " in action.help, f.name
+
+
+def test_given_values_types_and_defaults_from_the_dataclass():
+    parser = _subparser("pretrain")
+    args = parser.parse_args(["--envs", "keydoor,crafting", "--episodes", "3", "--lr", "0.01"])
+    values = given_values(args, PretrainConfig)
+    assert values == {"envs": ("keydoor,crafting",), "episodes_per_env": 3, "lr": 0.01}
+    config = PretrainConfig(**values)
+    assert config.envs == ("keydoor", "crafting") and config.steps == PretrainConfig().steps
+    args = _subparser("audit").parse_args(["--mc-sizes", "4", "8", "--seed", "3"])
+    assert AuditConfig(**given_values(args, AuditConfig)).mc_sizes == (4, 8)
+    args = _subparser("train").parse_args(
+        ["--report-to", "tensorboard,mlflow", "--shuffle", "no", "--memory", "none"]
+    )
+    assert given_values(args, TrainConfig)["report_to"] == ("tensorboard,mlflow",)
+    assert TrainConfig(report_to=("tensorboard,mlflow",)).report_to == ("tensorboard", "mlflow")
+    assert given_values(args, Interface, dest_prefix="interface__") == {
+        "shuffle": False, "memory": "none",
+    }  # fmt: skip
+    with pytest.raises(SystemExit):
+        _subparser("train").parse_args(["--plane", "tokn"])
