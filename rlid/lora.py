@@ -67,7 +67,7 @@ def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     return wrapped.eval()
 
 
-def load_run_model(config: Any, log: Any) -> tuple[torch.nn.Module, Any]:
+def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
     """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
     from rlid.models import load_policy_model
 
@@ -101,7 +101,7 @@ def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Modul
 class AdapterDisabled(torch.nn.Module):
     """The base model under a LoRA-wrapped one: forward with the adapters switched off."""
 
-    def __init__(self, peft_model: torch.nn.Module) -> None:
+    def __init__(self, peft_model: Any) -> None:
         super().__init__()
         self.peft_model = peft_model
         self.config = peft_model.config

@@ -267,7 +267,7 @@ def load_policy_model(
         return _load_tiny(dtype=dtype, warm=warm and name_or_path == TINY_NAME)
     path = _check_model_dir(name_or_path)
     model, tokenizer = _load_dir(path, dtype=dtype)
-    model.rlid_origin = "local"
+    model.rlid_origin = "local"  # type: ignore[assignment]
     logger.info("loaded policy model from %s", path)
     return model, tokenizer
 
@@ -279,13 +279,13 @@ def _load_tiny(
     if warm:
         cache = build_warm_tiny(progress=True)
         model, tokenizer = _load_dir(cache, dtype=dtype)
-        model.rlid_origin = "warm"
+        model.rlid_origin = "warm"  # type: ignore[assignment]
         logger.info("loaded the warm-started tiny model from %s", cache)
         return model, tokenizer
     logger.info("using the fresh random tiny model (%s)", TINY_RANDOM_NAME)
     tokenizer = build_tiny_tokenizer()
     model = build_model_from_config(model_config(tokenizer, "tiny"), seed=0, dtype=dtype)
-    model.rlid_origin = "fresh"
+    model.rlid_origin = "fresh"  # type: ignore[assignment]
     return model, tokenizer
 
 

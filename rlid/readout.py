@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
+
+from rlid.protocols import CausalLM
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def pad_label_ids(
 
 
 def label_logprobs(
-    model: PreTrainedModel,
+    model: CausalLM,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     label_token_ids: Sequence[Sequence[int]],
@@ -152,7 +154,7 @@ def label_logprobs(
 
 
 def readout_from_ids(
-    model: PreTrainedModel,
+    model: CausalLM,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     label_ids: torch.Tensor,
@@ -244,7 +246,7 @@ def _check_ids(
         )
 
 
-def model_vocab_size(model: PreTrainedModel) -> int:
+def model_vocab_size(model: CausalLM) -> int:
     """Rows of the output embedding (the logit dimension)."""
     return model.get_output_embeddings().weight.shape[0]
 
