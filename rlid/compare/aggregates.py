@@ -25,7 +25,7 @@ would pull in pandas, seaborn and arch. The formulas follow ``rliable.metrics`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,7 +108,7 @@ def stratified_bootstrap(
 
 
 def arm_aggregates(
-    scores: dict[str, Scores], *, seed: int = 0, resamples: int = 2_000
+    scores: Mapping[str, Scores], *, seed: int = 0, resamples: int = 2_000
 ) -> dict[str, object]:
     """IQM and mean per arm, and P(row arm > column arm) for every ordered pair of arms.
 

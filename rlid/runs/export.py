@@ -118,6 +118,7 @@ def load_exported_model(path: Path, *, dtype: torch.dtype = torch.float32) -> tu
     data = read_interface(path)
     config = TrainConfig.from_dict(data["train_config"])
     lora = data.get("lora")
+    model: Any
     if lora and not lora["merged"]:
         from rlid.lora import attach_adapters
 
