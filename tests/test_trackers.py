@@ -11,7 +11,7 @@ from menus import Interface
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
 from rlid.runs import trackers as trackers_mod
-from rlid.runs.dir import read_metrics
+from rlid.runs.dir import read_json, read_metrics
 from rlid.runs.trackers import RunTrackers, flatten_row, parse_report_to
 
 ROWS = [
@@ -92,9 +92,13 @@ def test_tensorboard_events_of_a_training_run_read_back(tmp_path):
     steps = [row["budget"]["env_steps"] for row in rows]
     assert [s for s, _ in scalars["train/return"]] == steps
     assert [v for _, v in scalars["train/return"]] == pytest.approx([r["return"] for r in rows])
-    assert [v for _, v in scalars["eval/success"]] == pytest.approx(
-        [r["eval"]["success"] for r in rows]
-    )
+    # held-out evaluations: before training at 0, every iteration (--eval-every 1), after
+    evals = read_json(Path(log.path) / "eval.json")
+    assert scalars["eval/success"] == [
+        (0, pytest.approx(evals["before"]["success"])),
+        *[(r["budget"]["env_steps"], pytest.approx(r["eval"]["success"])) for r in rows],
+        (steps[-1], pytest.approx(evals["after"]["success"])),
+    ]
 
 
 def test_tensorboard_resume_purges_replayed_steps(tmp_path):

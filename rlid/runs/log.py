@@ -180,6 +180,7 @@ class RunLog:
 
     def write_eval(self, key: str, stats: dict[str, float]) -> None:
         self._update_eval({key: stats})
+        self.trackers.log_eval(stats, self.metrics[-1]["budget"] if self.metrics else None)
 
     def has_eval(self, key: str) -> bool:
         path = self.path / "eval.json"

@@ -232,6 +232,10 @@ class RunTrackers:
         for tracker in self._open:
             tracker.log(metrics, step)
 
+    def log_eval(self, stats: dict[str, Any], budget: dict[str, Any] | None) -> None:
+        """A held-out evaluation (before / after training) as ``eval/*`` at the budget spent."""
+        self.log_row({"eval": stats, "budget": budget or {self.currency: 0}})
+
     def close(self) -> None:
         for tracker in self._open or []:
             tracker.close()
