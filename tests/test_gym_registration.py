@@ -34,6 +34,15 @@ def test_every_env_id_has_a_versioned_namespaced_gym_id():
     assert {"rlid/KeyDoor-v0", "rlid/Crafting-v0", "rlid/TextWorld-CoinCollector-v0"} <= set(ids)
 
 
+def test_rlid_envs_shows_the_gym_ids(capsys):
+    from rlid.cli.main import main
+
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    for gid, env_id in envs.gym_ids().items():
+        assert f"{env_id} ({gid}):" in out
+
+
 @pytest.mark.parametrize("gid", sorted(envs.gym_ids()))
 def test_gymnasium_make_and_check_env(gid):
     env_id = envs.gym_ids()[gid]

@@ -34,7 +34,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         spec_ids = [envs.get_spec(args.env_id).env_id]
     for env_id in spec_ids:
         spec = envs.get_spec(env_id)
-        print(f"{env_id}: {spec.doc}")
+        print(f"{env_id} ({envs.gym_id(env_id)}): {spec.doc}")
         if args.env_id or args.verbose:
             for name, opt in spec.all_options().items():
                 print(f"    {name:<20} default={opt.default!r:<12} {opt.describe():<28} {opt.doc}")
