@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from envs import gym_id
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 
@@ -280,7 +281,7 @@ def model_card(
         "import envs",
         "from rlid.runs.export import load_agent",
         'agent = load_agent("PATH/TO/THIS/DIR")',
-        f'env = envs.make({make_args}, split="heldout")  # or gymnasium.make("rlid/...")',
+        f'env = envs.make({make_args}, split="heldout")  # or gymnasium.make({gym_id(config.env)!r}, ...)',
         "obs, info = env.reset(seed=0); action = agent.act(obs, info)",
         "```",
         "",
@@ -288,7 +289,13 @@ def model_card(
         "`agent.act(obs, info)` again (the agent keeps its memory); `agent.reset()` before "
         "each new episode. `DecisionPolicy.from_pretrained(DIR)` gives the batched "
         "policy. `interface.json` holds the prompt interface and label set the agent was "
-        "trained with.",
+        "trained with. The weights alone load with "
+        "`transformers.AutoModelForCausalLM.from_pretrained(DIR)`"
+        + (
+            " (LoRA adapters: with peft, on the base above)."
+            if interface["lora"] and not interface["lora"]["merged"]
+            else "."
+        ),
         "",
     ]
     return "\n".join(lines)
