@@ -57,8 +57,9 @@ def test_missing_tracker_package_is_one_clear_line(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
+    trackers = RunTrackers(tmp_path, ["wandb"], currency="env_steps")  # reading a run: no check
     with pytest.raises(ValueError, match=r"pip install 'rlid\[wandb\]'"):
-        RunTrackers(tmp_path, ["wandb"], currency="env_steps")
+        trackers.check()
     out = tmp_path / "run"
     code = cli_main(["train", "--report-to", "wandb", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip()
@@ -143,3 +144,19 @@ def test_mlflow_file_store_reads_back(tmp_path, monkeypatch):
     history = client.get_metric_history(run.info.run_id, "train/return")
     assert [(m.step, m.value) for m in history] == [(4, 0.5), (8, 1.0)]  # x-axis: episodes
     assert run.data.params["lr"] == "0.0001"
+
+
+def test_library_train_fails_before_writing_when_a_tracker_is_missing(tmp_path, monkeypatch):
+    from rlid import trainer
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
+    )
+    config = TrainConfig(
+        env="keydoor", env_options={"size": 2}, steps=4, eval_episodes=1, threads=1,
+        report_to="mlflow",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"rlid\[mlflow\]"):
+        trainer.train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

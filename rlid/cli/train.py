@@ -12,6 +12,7 @@ from rlid.config import (
     config_from_args,
 )
 from rlid.planes import run_training
+from rlid.runs.trackers import check_installed
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -23,6 +24,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if args.out is None:
             raise ValueError("--out DIR is required (where the run is written)")
         config = config_from_args(args)
+        check_installed(config.report_to)  # before the model loads
         log = run_training(config, Path(args.out), resume=False, progress=not args.quiet)
     print((Path(log.path) / "summary.md").read_text())
     return 0

@@ -103,6 +103,7 @@ class RunLog:
 
     def start(self) -> None:
         """Create the directory and write config.json (call once setup has succeeded)."""
+        self.trackers.check()
         if (self.path / "config.json").exists():
             return
         self.path.mkdir(parents=True, exist_ok=True)

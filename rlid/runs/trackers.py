@@ -19,7 +19,9 @@ Nothing here makes a network call unless the user configured one:
   is set (``rlid[mlflow]``).
 
 Backends are imported when the first row is logged; whether they are installed is
-checked when the run is opened, so a missing extra fails before any work starts.
+checked before a run writes anything (``rlid train`` checks it before the model
+loads), so a missing extra fails before any work starts. Exporting or evaluating a
+finished run never needs its trackers.
 """
 
 from __future__ import annotations
@@ -181,7 +183,8 @@ class RunTrackers:
 
     Args:
         run_dir: the run directory (trackers write below it by default).
-        names: tracker names (:func:`parse_report_to`); checked to be installed here.
+        names: tracker names (:func:`parse_report_to`); :meth:`check` fails when one is
+            not installed (``RunLog.start`` calls it; reading a finished run never does).
         currency: the budget counter used as the x-axis.
         config: the resolved config (logged as hyper-parameters where the tracker has them).
         resuming: on resume, TensorBoard drops events at or after the first replayed step.
@@ -197,12 +200,14 @@ class RunTrackers:
         resuming: bool = False,
     ) -> None:
         self.names = tuple(names)
-        check_installed(self.names)
         self.run_dir = Path(run_dir)
         self.currency = currency
         self.config = config or {}
         self.resuming = resuming
         self._open: list[Tracker] | None = None
+
+    def check(self) -> None:
+        check_installed(self.names)
 
     @property
     def step_key(self) -> str:
