@@ -323,8 +323,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
-    """TOML file (if any) < flags < ``fixed``; validated."""
+def given_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The config values given explicitly: TOML file (if any) < flags.
+
+    ``interface`` (a dict of the Interface fields given) and ``env_options`` appear
+    only when something was given for them; everything else keeps its default.
+    """
     from envs.registry import parse_option_strings
 
     data: dict[str, Any] = {}
@@ -347,8 +351,18 @@ def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
         if value is not None:
             interface[f.name] = value
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
+    if interface:
+        data["interface"] = interface
+    if env_options:
+        data["env_options"] = env_options
+    return data
+
+
+def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
+    """TOML file (if any) < flags < ``fixed``; validated."""
+    data = given_values(args)
+    interface = data.pop("interface", {})
     data.update(fixed)
-    data["env_options"] = env_options
-    base = Interface()
-    data["interface"] = Interface.from_dict({**base.to_dict(), **interface})
+    data["env_options"] = data.get("env_options", {})
+    data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})
     return TrainConfig.from_dict(data)

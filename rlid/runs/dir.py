@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.runs.files import append_line, atomic_write_text, make_temp_dir
+from rlid.runs.files import append_line, atomic_write_text, make_temp_dir, umask
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, save_state
 
@@ -140,6 +140,7 @@ def save_checkpoint(
             save_file(tensors, str(tmp / f"{name}.safetensors"))
         save_state(tmp / TRAINER_STATE, {"optimizer": optimizer.state_dict(), "rng": rng_state()})
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
+        _apply_umask(tmp)  # some writers (safetensors) create private 0600 files
         old = None
         if final.exists():
             old = run_dir / f".checkpoint.old.{os.getpid()}"
@@ -151,6 +152,12 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _apply_umask(root: Path) -> None:
+    mask = umask()
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def recover_checkpoint_dir(run_dir: Path) -> Path | None:

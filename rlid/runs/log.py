@@ -133,8 +133,7 @@ class RunLog:
                 raise
         if config is None:
             raise ValueError("a config is required to start a new run")
-        if path.exists() and not path.is_dir():
-            raise NotADirectoryError(f"--out {path} is a file; give a directory")
+        check_writable_dir(path)
         if not rundir.is_empty_dir(path):
             raise ValueError(
                 f"{path} already holds files; resume it with `rlid train --resume {path}` "
@@ -318,6 +317,23 @@ class RunLog:
 
 
 # ------------------------------------------------------------------------- resume checks
+def check_writable_dir(path: Path) -> None:
+    """Fail early (before any model loads) when ``path`` cannot become a run directory."""
+    import errno
+    import os
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "--out is a file, not a directory", str(path))
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "part of --out is a file", str(parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "cannot write under this directory", str(parent))
+
+
 def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
     """Every piece of a checkpoint is there (readability is checked as it loads)."""
     from rlid.runs.state import LEGACY_NAME, legacy_message
