@@ -168,6 +168,8 @@ def error_message(err: BaseException) -> str | None:
         where = err.filename if err.filename is not None else ""
         what = err.strerror or str(err)
         hint = _OS_HINTS.get(err.errno or -1, "")
+        if err.errno == errno.EEXIST and where and os.path.isfile(where):
+            hint = "it is a file where a directory is needed: choose another path"
         line = f"{what}: {where}" if where else what
         return f"{line} ({hint})" if hint else line
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
