@@ -128,6 +128,10 @@ class AuditConfig:
             raise ValueError(f"--mc-sizes must be integers >= 2, got {list(self.mc_sizes)}")
         if self.n_boot < 10:
             raise ValueError(f"--n-boot must be >= 10, got {self.n_boot}")
+        for name in ("wording_bonus", "noise_sigma"):
+            if not math.isfinite(getattr(self, name)):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be a finite number, got {getattr(self, name)}")
         if self.wording_bonus == 0:
             raise ValueError(
                 "--wording-bonus 0 makes control 1 the plain audit; give a non-zero one"

@@ -164,13 +164,14 @@ def error_message(err: BaseException) -> str | None:
         return str(err)
     if isinstance(err, KeyError):
         return str(err.args[0] if err.args else err)
-    if isinstance(err, OSError) and not isinstance(err, FileNotFoundError | BrokenPipeError):
+    if isinstance(err, OSError) and not isinstance(err, BrokenPipeError):
+        if err.errno is None or err.strerror is None:  # raised with a message of its own
+            return str(err)
         where = err.filename if err.filename is not None else ""
-        what = err.strerror or str(err)
-        hint = _OS_HINTS.get(err.errno or -1, "")
+        hint = _OS_HINTS.get(err.errno, "")
         if err.errno == errno.EEXIST and where and os.path.isfile(where):
             hint = "it is a file where a directory is needed: choose another path"
-        line = f"{what}: {where}" if where else what
+        line = f"{err.strerror}: {where}" if where else err.strerror
         return f"{line} ({hint})" if hint else line
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
         return str(err)
