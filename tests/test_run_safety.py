@@ -424,3 +424,21 @@ def test_run_files_follow_the_umask(finished_run):
     for path in [finished_run, *finished_run.rglob("*")]:
         mode = path.stat().st_mode & 0o777
         assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, monkeypatch):
+    real_update = trainer_mod.ppo_update
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # in the first iteration: no checkpoint yet
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", killed)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.train(small_config(steps=8), out, progress=False)
+    assert not (out / "checkpoint").exists() and (out / "config.json").exists()
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    trainer_mod.train(None, out, resume=True, progress=False)
+    rows = rundir.read_metrics(out)
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == len(rows)

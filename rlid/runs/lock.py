@@ -14,6 +14,7 @@ implement it, two hosts are not kept apart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -120,10 +121,8 @@ class RunLock:
         if self._fd is None:
             return
         if not self.lost:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, 0)
-            except OSError:
-                pass
         self._close()
 
     def _close(self) -> None:
@@ -142,7 +141,5 @@ class RunLock:
         self.release()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown
             self._close()
-        except Exception:  # noqa: BLE001 -- interpreter shutdown
-            pass

@@ -177,9 +177,13 @@ class RunLog:
                 },
             )
         elif not self.resuming:
-            # resumed before any checkpoint: iteration 1 again, so its rows go too
+            # resumed before any checkpoint: iteration 1 again, so its rows go too, and
+            # the starting model is pinned as it is loaded now
             self._lock.check()
             rundir.write_metrics(self.path, [])
+            raw = rundir.read_json(self.path / "config.json")
+            raw["start_model"] = model_pin(str(self.config.model))
+            rundir.write_json(self.path / "config.json", raw)
 
     def close(self) -> None:
         """Release the directory's lock (``finish`` does this; also safe to call twice)."""
