@@ -41,9 +41,7 @@ def measure(argv: list[str]) -> tuple[float, float, str]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    heavy = next(
-        (line[6:] for line in proc.stderr.splitlines() if line.startswith("HEAVY=")), "?"
-    )
+    heavy = next((line[6:] for line in proc.stderr.splitlines() if line.startswith("HEAVY=")), "?")
     return cpu, wall, heavy or "-"
 
 
