@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from menus import Interface
 from rlid.config import TrainConfig, add_env_option_argument
@@ -51,7 +52,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     # Everything the user gave is checked before the (long, first-time) warm start.
-    options = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
+    options: dict[str, Any] = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
     options.update(parse_option_strings(args.env_option))
     envs_pkg.get_spec(args.env).resolve(options)
     config = demo_config(args.env, options, args.steps, args.seed, args.threads)

@@ -131,7 +131,7 @@ def save_checkpoint(
     final = run_dir / CHECKPOINT
     tmp = make_temp_dir(run_dir, ".checkpoint.")
     try:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
+        model.save_pretrained(tmp / "model", safe_serialization=True)  # type: ignore[operator]
         tokenizer.save_pretrained(tmp / "model")
         from safetensors.torch import save_file
 
