@@ -442,3 +442,36 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, mon
     rows = rundir.read_metrics(out)
     assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
     assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == len(rows)
+
+
+def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path, capsys):
+    flags = ["--env", "keydoor", "--steps", "80", "--groups-per-iter", "2", "--group-size", "2",
+             "--epochs", "1", "--eval-episodes", "1", "--threads", "1", "--memory", "none",
+             "--kl-coef", "0.1", "--quiet"]  # fmt: skip
+    for k, v in TINY_ENV.items():
+        flags += ["-o", f"{k}={v}"]
+    assert cli_main(["train", *flags, "--out", str(tmp_path / "full")]) == 0
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlid", "train", *flags, "--out", str(killed)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    state = killed / "checkpoint" / "state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if json.loads(state.read_text())["iteration"] >= 2:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    proc.kill()  # SIGKILL: no cleanup, the lock record stays behind
+    assert proc.wait() == -9, "the run finished before it could be killed"
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(killed), "--quiet"]) == 0
+    assert "no longer running" in capsys.readouterr().err  # the stale lock was taken over
+    full = load_policy_model(str(tmp_path / "full" / "checkpoint" / "model"))[0].state_dict()
+    resumed = load_policy_model(str(killed / "checkpoint" / "model"))[0].state_dict()
+    for key, value in full.items():
+        assert torch.equal(value, resumed[key]), key
