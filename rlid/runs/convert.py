@@ -21,6 +21,8 @@ from rlid.runs.state import convert_legacy_state
 def convert_run(run_dir: Path) -> Path:
     """Convert ``run_dir``'s checkpoint in place (under the run's lock); returns its path."""
     run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
     with RunLock(run_dir, "python -m rlid.runs.convert"):
         ckpt = recover_checkpoint_dir(run_dir) or run_dir / CHECKPOINT
         convert_legacy_state(ckpt)
