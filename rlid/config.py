@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import math
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,13 +136,9 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        hints = _type_hints(TrainConfig)
         for name, f in self.__dataclass_fields__.items():
-            value = getattr(self, name)
-            hint = typing.get_type_hints(TrainConfig)[name]
-            if typing.get_origin(hint) is Literal and value not in get_args(hint):
-                valid = ", ".join(repr(v) for v in get_args(hint))
-                raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
-            del f
+            check_field_value(name, hints[name], getattr(self, name), f.default)
         positive = ("steps", "groups_per_iter", "group_size", "epochs", "minibatch_size")
         for name in positive + ("threads", "max_new_tokens", "max_gen_batches"):
             if getattr(self, name) < 1:
@@ -220,8 +219,63 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
+# -------------------------------------------------------------------------- validation
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _flag_hint(name: str) -> str:
+    return f"config key {name!r} (flag {_flag(name)})"
+
+
+def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` fits the type hint ``hint``.
+
+    Generic over dataclass fields: ``int`` refuses 2.5 and True, ``float`` refuses
+    "fast" and non-finite numbers (NaN / inf), ``Literal`` lists the valid values,
+    ``X | None`` allows None. Other types are left to the field's own checks.
+    """
+    origin = typing.get_origin(hint)
+    example = "" if default in (None, dataclasses.MISSING) else f", e.g. {name} = {default!r}"
+    if origin is Literal:
+        if value not in get_args(hint):
+            valid = ", ".join(repr(v) for v in get_args(hint))
+            raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
+        return
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in get_args(hint):
+            return
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            check_field_value(name, inner[0], value, default)
+        return
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{_flag_hint(name)} must be true or false, got {value!r}")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{_flag_hint(name)} must be a whole number, got {value!r}{example}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{_flag_hint(name)} must be a number, got {value!r}{example}")
+        if not math.isfinite(value):
+            raise ValueError(f"{_flag_hint(name)} must be a finite number, got {value!r}{example}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{_flag_hint(name)} must be a string, got {value!r}{example}")
+    elif (origin is dict or hint is dict) and not isinstance(value, dict):
+        raise ValueError(f"{_flag_hint(name)} must be a table, got {value!r}")
+
+
 # ----------------------------------------------------------------------------- CLI glue
 _SKIP_FLAGS = ("interface", "env_options")
+
+
+def _flag(name: str) -> str:
+    from rlid.flags import flag_name
+
+    return flag_name(name)
 
 
 def add_env_option_argument(
@@ -243,10 +297,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(igroup, Interface, dest_prefix="interface__")
 
 
-def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
-    """TOML file (if any) < flags < ``fixed``; validated."""
+def given_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The config values given explicitly: TOML file (if any) < flags.
+
+    ``interface`` (a dict of the Interface fields given) and ``env_options`` appear
+    only when something was given for them; everything else keeps its default.
+    """
     from envs.registry import parse_option_strings
-    from rlid.flags import given_values
+    from rlid.flags import given_values as flags_given
 
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -259,11 +317,21 @@ def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
             raise ValueError(f"config file {path} is not valid TOML: {err}") from None
     interface = dict(data.pop("interface", {}) or {})
     env_options = dict(data.pop("env_options", {}) or {})
-    data.update(given_values(args, TrainConfig, skip=_SKIP_FLAGS))
-    interface.update(given_values(args, Interface, dest_prefix="interface__"))
+    data.update(flags_given(args, TrainConfig, skip=_SKIP_FLAGS))
+    interface.update(flags_given(args, Interface, dest_prefix="interface__"))
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
+    if interface:
+        data["interface"] = interface
+    if env_options:
+        data["env_options"] = env_options
+    return data
+
+
+def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
+    """TOML file (if any) < flags < ``fixed``; validated."""
+    data = given_values(args)
+    interface = data.pop("interface", {})
     data.update(fixed)
-    data["env_options"] = env_options
-    base = Interface()
-    data["interface"] = Interface.from_dict({**base.to_dict(), **interface})
+    data["env_options"] = data.get("env_options", {})
+    data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})
     return TrainConfig.from_dict(data)

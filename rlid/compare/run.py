@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
-from rlid.config import TrainConfig
 from rlid.planes import run_training
 from rlid.runs import dir as rundir
+from rlid.runs.lock import RunLock
+from rlid.runs.log import read_run_config
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 
@@ -36,7 +37,7 @@ def run_state(run_dir: Path) -> str:
         return "finished"
     if (run_dir / "config.json").exists():
         return "started"
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if not rundir.is_empty_dir(run_dir):
         raise ValueError(
             f"{run_dir} holds files but no config.json; it is not a run of this comparison "
             "(delete it or choose another --out)"
@@ -48,7 +49,7 @@ def check_existing_run(run: RunSpec, run_dir: Path) -> None:
     """Refuse to reuse or resume a run directory trained with another config."""
     if not (run_dir / "config.json").exists():
         return
-    saved = TrainConfig.from_dict(rundir.read_json(run_dir / "config.json")["config"])
+    saved, _ = read_run_config(run_dir)
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
     if differing:
@@ -91,10 +92,33 @@ def run_comparison(
     """Train and evaluate every run (reusing finished ones), then write the report.
 
     Returns the results dictionary that is also written to ``OUT/results.json``.
+    ``OUT`` is locked for the whole comparison (:mod:`rlid.runs.lock`): a second
+    ``rlid compare`` into it fails at once, naming the first.
     """
+    out = Path(out)
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out, "rlid compare"):
+        return _run_locked(compare, out, progress=progress, say=say)
+
+
+def check_output_dir(out: Path) -> None:
+    """``--out`` must be new, empty, or an earlier output of ``rlid compare``."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; give a directory")
+    if not rundir.is_empty_dir(out) and not (out / "comparison.json").is_file():
+        raise ValueError(
+            f"--out {out} already holds files and is not the output of `rlid compare` (no "
+            "comparison.json); choose a new or empty directory so nothing there is overwritten"
+        )
+
+
+def _run_locked(
+    compare: CompareConfig, out: Path, *, progress: bool, say: Callable[[str], None]
+) -> dict[str, Any]:
     from rlid.compare.report import write_report
 
-    out = Path(out)
+    check_output_dir(out)  # again, now that no other comparison can write here
     runs = compare.runs()
     states = {}
     for run in runs:  # every check before any training
