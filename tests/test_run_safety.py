@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    # A private cache: "tiny" is then the fresh initialisation, whatever this machine cached.
+    # A private cache: "tiny" is then warm-built there from the tests' tiny recipe (conftest).
     monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
@@ -388,16 +388,16 @@ def test_resume_with_a_larger_steps_extends_the_run(finished_run, tmp_path, caps
 def test_resume_refuses_when_the_starting_model_changed(finished_run, tmp_path, capsys):
     run = copy_run(finished_run, tmp_path)
     pin = json.loads((run / "config.json").read_text())["start_model"]
-    assert pin["origin"] == "fresh"
-    # a warm-start cache appears after the run started: "tiny" now means other weights
-    model, tokenizer = load_policy_model("tiny", warm=False)
+    assert pin["origin"] == "warm" and pin["path"] == str(tiny_cache_dir().resolve())
+    # the warm-start cache is rebuilt after the run started: "tiny" now means other weights
+    model, tokenizer = load_policy_model("tiny")
     with torch.no_grad():
         next(model.parameters()).add_(0.01)
     save_policy_model(model, tokenizer, tiny_cache_dir())
     try:
         assert cli_main(["train", "--resume", str(run)]) == 2
         err = capsys.readouterr().err
-        assert "different starting / reference weights" in err and "fresh random" in err
+        assert "different starting / reference weights" in err and pin["sha256"][:12] in err
     finally:
         shutil.rmtree(tiny_cache_dir())
 

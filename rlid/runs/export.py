@@ -40,15 +40,18 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     """Write the agent of ``run``'s last checkpoint to the new directory ``out``."""
     from rlid.lora import base_model_path, load_run_model
     from rlid.planes import get_plane
-    from rlid.runs.log import RunLog
+    from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
     run, out = Path(run), Path(out)
-    log = RunLog.open(run, None, resume=True)
-    if not log.resuming:
+    # Read-only, as `rlid eval`: no lock, so a running training can be exported alongside.
+    config, _ = read_run_config(run)
+    ckpt = run / rundir.CHECKPOINT
+    if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to export")
+    check_checkpoint(ckpt, config)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} already holds files; choose a new export directory")
-    config = log.config
+    log = RunLog(run, config, resuming=True)
     lora = config.lora_rank > 0
     if merge_lora and not lora:
         raise ValueError(f"--merge-lora: {run} was trained without LoRA (lora_rank = 0)")

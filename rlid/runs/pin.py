@@ -30,8 +30,10 @@ def weights_hash(model_dir: Path) -> str:
 
 def model_pin(name_or_path: str) -> dict[str, Any]:
     """``{"model", "origin", "path", "sha256"}`` of what ``name_or_path`` loads now."""
-    from rlid.models import TINY_NAME, tiny_cache_dir
+    from rlid.models import TINY_NAME, TINY_RANDOM_NAME, tiny_cache_dir
 
+    if name_or_path == TINY_RANDOM_NAME:
+        return {"model": name_or_path, "origin": "fresh", "path": None, "sha256": None}
     if name_or_path == TINY_NAME:
         cache = tiny_cache_dir()
         if (cache / "config.json").is_file():
