@@ -197,7 +197,10 @@ def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path,
 
 def test_two_concurrent_trainings_into_one_out(tmp_path):
     out = tmp_path / "shared"
+    # tiny-random: a subprocess would build the full warm start (conftest's tiny recipe
+    # is this process's only)
     cmd = [sys.executable, "-m", "rlid", "train", "--env", "keydoor", "--quiet",
+           "--model", "tiny-random",
            "--steps", "12", "--groups-per-iter", "2", "--group-size", "2", "--epochs", "1",
            "--eval-episodes", "1", "--threads", "1", "--memory", "none", "--out", str(out)]  # fmt: skip
     for k, v in TINY_ENV.items():
@@ -445,7 +448,9 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, mon
 
 
 def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path, capsys):
-    flags = ["--env", "keydoor", "--steps", "80", "--groups-per-iter", "2", "--group-size", "2",
+    # tiny-random: the subprocess would otherwise build the full warm start
+    flags = ["--model", "tiny-random",
+             "--env", "keydoor", "--steps", "80", "--groups-per-iter", "2", "--group-size", "2",
              "--epochs", "1", "--eval-episodes", "1", "--threads", "1", "--memory", "none",
              "--kl-coef", "0.1", "--quiet"]  # fmt: skip
     for k, v in TINY_ENV.items():
