@@ -16,8 +16,8 @@ decision-plane option). This is the episode-level GRPO that the decision plane's
 env rewards plus shaping: ``invalid_penalty`` per command that did not parse and,
 with ``overlong_cache > 0``, DAPO's soft overlong penalty per completion.
 
-DAPO dynamic sampling (``algo="dapo"``): groups whose shaped returns are all
-equal (zero advantage, no gradient) are dropped and new groups (new reset seeds)
+DAPO dynamic sampling (``algo="dapo"``): groups whose task outcomes (env return
+and success, not the shaping) are all equal are dropped and new groups (new reset seeds)
 are played, up to ``max_gen_batches`` generation rounds per iteration, until at
 least ``groups_per_iter`` groups are kept; every kept group is used. Every
 generated completion counts in the budget (``generated_samples`` /
@@ -116,6 +116,19 @@ def group_returns(
     return grouped, returns
 
 
+def outcomes_vary(grouped: list[list[Episode]]) -> Tensor:
+    """(N,) bool: groups whose task outcomes (env return, success) are not all equal.
+
+    DAPO's dynamic-sampling test. The shaping (``invalid_penalty``, overlong) is left
+    out on purpose: an all-failed group whose episodes differ only in penalties has no
+    task signal, and std-normalising it would turn small length penalties into
+    unit-scale advantages. Shaping enters the advantage of the groups that are kept.
+    """
+    returns = torch.tensor([[e.ret for e in group] for group in grouped], dtype=torch.float64)
+    won = torch.tensor([[float(e.won) for e in group] for group in grouped], dtype=torch.float64)
+    return nonzero_variance_groups(returns) | nonzero_variance_groups(won)
+
+
 def rollout(
     policy: TokenPolicy,
     env_list: list,
@@ -143,8 +156,8 @@ def rollout(
         if not dynamic:
             kept = episodes
             break
-        grouped, returns = group_returns(episodes, config)
-        for group, informative in zip(grouped, nonzero_variance_groups(returns).tolist()):
+        grouped, _ = group_returns(episodes, config)
+        for group, informative in zip(grouped, outcomes_vary(grouped).tolist()):
             if informative:
                 kept += group
             else:

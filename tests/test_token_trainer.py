@@ -156,6 +156,29 @@ def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
     assert len({e.group for e in result.generated}) == result.rounds * config.groups_per_iter
 
 
+def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
+    # group 0: all failed, but one episode wrote an unparsed command (shaped 0 vs -0.5);
+    # group 1: one success. Only group 1 carries task signal.
+    def fake_collect(env_list, policy, seeds, groups, **kwargs):
+        failed = [_episode(0, 0.0, [_generation()]) for _ in range(3)]
+        failed.append(_episode(0, 0.0, [_generation(valid=False)]))
+        mixed = [_episode(1, 0.0, [_generation()]) for _ in range(3)]
+        mixed.append(_episode(1, 1.0, [_generation()]))
+        mixed[-1].won = True
+        return failed + mixed
+
+    monkeypatch.setattr("baselines.token_trainer.collect_episodes", fake_collect)
+    config = _config("tiny", algo="dapo", invalid_penalty=-0.5, max_gen_batches=1)
+    budget = Budget()
+    rng, gen = iteration_rngs(config.seed, 1)
+    result = rollout(None, [], config, 1, rng=rng, generator=gen, budget=budget, timers=Timers())
+    assert [e.group for e in result.kept] == [1, 1, 1, 1]
+    assert budget.filtered_samples == 4
+    # the shaping still reaches the advantage of a kept group
+    _, advantages = token_advantages(result.kept, config)
+    assert advantages[-1] > 0 > advantages[0]
+
+
 def test_dapo_run_reports_generated_kept_and_filtered(commanding_model, tmp_path):
     config = _config(commanding_model, algo="dapo", steps=30, max_gen_batches=3)
     log = train_token(config, tmp_path / "run", progress=False)
