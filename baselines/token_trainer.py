@@ -12,8 +12,9 @@ group-relative advantage, ``group_advantages`` of the episode returns (std
 scaling for grpo / dapo / gspo / cispo, none for dr_grpo; ``adv_scale`` is a
 decision-plane option). This is the episode-level GRPO that the decision plane's
 ``advantage="group"`` uses, so the two planes differ in the probability event
-(text vs. action), not in credit assignment. A return is the undiscounted sum of
-env rewards plus shaping: ``invalid_penalty`` per command that did not parse and,
+(text vs. action), not in credit assignment. A return is the discounted sum of
+env rewards, Σ_t gamma^t r_t (``rlid.advantages.episode_return``, as the decision
+plane; ``gamma=1`` for the plain sum), plus undiscounted shaping: ``invalid_penalty`` per command that did not parse and,
 with ``overlong_cache > 0``, DAPO's soft overlong penalty per completion.
 
 DAPO dynamic sampling (``algo="dapo"``): groups whose task outcomes (env return
@@ -51,6 +52,7 @@ from baselines.losses import (
     token_policy_loss,
 )
 from baselines.token_policy import Generation, TokenPolicy
+from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.lora import load_run_model
@@ -93,8 +95,10 @@ def round_reset_seeds(
 
 
 def shaped_return(episode: Episode, config: TrainConfig) -> float:
-    """Env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
-    ret = episode.ret + config.invalid_penalty * sum(not g.valid for g in episode.decisions)
+    """Discounted env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
+    ret = episode_return(episode.rewards, config.gamma) + config.invalid_penalty * sum(
+        not g.valid for g in episode.decisions
+    )
     if config.overlong_cache > 0:
         lengths = torch.tensor([g.num_tokens for g in episode.decisions])
         shaping = overlong_penalty(lengths, config.max_new_tokens, config.overlong_cache)

@@ -92,13 +92,14 @@ def _episode(group, reward, generations):
 def test_shaped_return_adds_invalid_and_overlong_penalties():
     config = _config("tiny", max_new_tokens=4, overlong_cache=2, invalid_penalty=-0.25)
     e = _episode(0, 1.0, [_generation(valid=False, tokens=2), _generation(tokens=3)])
-    # 1 - 0.25 (one unparsed) + 0 (2 <= 4 - 2) - 0.5 (3 tokens: (2 - 3) / 2)
-    assert shaped_return(e, config) == pytest.approx(0.25)
+    # 0.99 (reward 1 at step 2, discounted once) - 0.25 (one unparsed)
+    # + 0 (2 <= 4 - 2) - 0.5 (3 tokens: (2 - 3) / 2)
+    assert shaped_return(e, config) == pytest.approx(0.24)
 
 
 @pytest.mark.parametrize("algo,scale", [("grpo", True), ("dr_grpo", False)])
 def test_every_token_of_an_episode_gets_its_group_advantage(algo, scale):
-    config = _config("tiny", algo=algo, group_size=2, invalid_penalty=0.0)
+    config = _config("tiny", algo=algo, group_size=2, invalid_penalty=0.0, gamma=1.0)
     episodes = [
         _episode(0, 1.0, [_generation(), _generation()]),
         _episode(0, 0.0, [_generation()]),
