@@ -4,6 +4,7 @@ Plain template (the default model is tiny and the CPU slow, so prompts stay shor
 lines of fields the :class:`~menus.interface.Interface` disables are left out)::
 
     Goal: {objective}
+    Steps left: {steps_left}      (only with Interface.steps_left)
     Memory: {memory}
     Now: {observation}
     Actions:
@@ -43,6 +44,7 @@ from menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
 
 # --- the strings every plane and the pretraining transcripts share -------------
 GOAL_FIELD = "Goal: "
+STEPS_LEFT_FIELD = "Steps left: "
 MEMORY_FIELD = "Memory: "
 OBSERVATION_FIELD = "Now: "
 ACTIONS_HEADER = "Actions:"
@@ -168,6 +170,13 @@ def _fields(
                 "pass the env's info dict or set objective=False"
             )
         lines.append(GOAL_FIELD + shorten(str(info["objective"]), interface.max_obs_chars))
+    if interface.steps_left:
+        if "steps_left" not in info:
+            raise KeyError(
+                "info has no 'steps_left' but Interface.steps_left=True; "
+                "pass the env's info dict or set steps_left=False"
+            )
+        lines.append(STEPS_LEFT_FIELD + str(int(info["steps_left"])))
     if interface.memory != "none":
         # None and "" both mean "nothing remembered yet" (e.g. the first step).
         lines.append(MEMORY_FIELD + (one_line(memory_text or "") or EMPTY_MEMORY))
