@@ -162,6 +162,23 @@ def test_reference_arms_on_keydoor_random_below_walkthrough_at_the_optimum(keys)
     assert short["episode_length"] <= 2 and short["success"] < 1.0
 
 
+def test_shipped_suite_covers_every_challenge_with_one_recipe():
+    from rlid.compare.parse import load_compare_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "suite.toml"
+    compare = load_compare_config(example)
+    ids = [e.env_id for e in compare.envs]
+    for env_id in ("keydoor", "crafting", "tw-simple", "tw-coin_collector",
+                   "tw-treasure_hunter", "tw-cooking"):  # fmt: skip
+        assert ids.count(env_id) == 2, env_id  # two sizes / levels each
+    assert len(compare.seeds) >= 3 and compare.references == ("random", "walkthrough")
+    assert {(a.plane, a.algorithm) for a in compare.arms} == {
+        ("decision", "ppo"),
+        ("scoring", "ppo"),
+    }
+    assert all(not a.options or set(a.options) == {"norm"} for a in compare.arms)
+
+
 # ------------------------------------------------------------------------- end to end
 def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path):
     # forward passes as the currency: the arms spend them at very different rates
