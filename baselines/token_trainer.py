@@ -56,6 +56,7 @@ from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.lora import load_run_model
+from rlid.names import AdvantageScale
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.log import RunLog
 from rlid.trainer import (
@@ -178,7 +179,7 @@ def token_advantages(
     if not episodes:
         return [], torch.zeros(0)
     grouped, returns = group_returns(episodes, config)
-    scale = "none" if config.algo == "dr_grpo" else "std"
+    scale: AdvantageScale = "none" if config.algo == "dr_grpo" else "std"
     adv = group_advantages(returns, scale=scale)  # (groups, G)
     completions: list[Generation] = []
     per_completion: list[float] = []

@@ -109,9 +109,10 @@ def compute_advantages(
         group_ids = torch.tensor([e.group for e in episodes])
         adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
-        targets = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
-        return decisions, adv, targets
-    advs, targets = [], []
+        returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
+        return decisions, adv, returns_per_step
+    advs: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = []
     for e in episodes:
         rewards = torch.tensor(e.rewards, dtype=torch.float32).unsqueeze(1)  # (T, 1)
         values = torch.tensor([d.value for d in e.decisions], dtype=torch.float32).unsqueeze(1)
