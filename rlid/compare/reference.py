@@ -6,8 +6,9 @@
   for the built-in games, TextWorld's walkthrough for its challenges): the ceiling.
 
 Both are measured by the same code as the trained arms (``rlid.trainer.evaluate`` on
-the held-out games, the same reset seeds), once per comparison seed, so the report
-can put floor and ceiling next to each arm's before / after with intervals.
+the held-out games, the same reset seeds), the random arm once per comparison seed
+(the walkthrough is deterministic: once), so the report can put floor and ceiling
+next to each arm's before / after.
 
 Example::
 

@@ -89,14 +89,16 @@ def reference_path(out: Path, env: str, reference: str, seed: int) -> Path:
 def evaluate_references(
     compare: CompareConfig, out: Path, *, say: Callable[[str], None] = print
 ) -> None:
-    """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games,
-    once per seed; cheap (no model), done before training so a missing walkthrough
-    fails first. Finished ones are reused."""
+    """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games;
+    cheap (no model), done before training so a missing walkthrough fails first.
+    Finished ones are reused. The random arm runs once per seed; the walkthrough is
+    deterministic (the same games, the same commands), so it runs for the first seed."""
     from rlid.compare.reference import evaluate_reference
 
     for env in compare.envs:
         for reference in compare.references:
-            for seed in compare.seeds:
+            seeds = compare.seeds if reference == "random" else compare.seeds[:1]
+            for seed in seeds:
                 path = reference_path(out, env.name, reference, seed)
                 if path.exists():
                     continue

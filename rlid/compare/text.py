@@ -123,7 +123,8 @@ def _suite_section(results: dict[str, Any]) -> list[str]:
     )
     lines.append(
         "Floor and ceiling are untrained reference arms (uniform over legal actions; the "
-        "env's walkthrough) measured by the same held-out evaluation, once per seed."
+        "env's walkthrough) measured by the same held-out evaluation; the random one once "
+        "per seed, the deterministic walkthrough once."
     )
     return lines + [""]
 
