@@ -111,7 +111,11 @@ def build_qwen(out: Path) -> None:
 
 
 def _cached(request, name, build):
-    root = Path(request.config.cache.mkdir("rlid-real-vocabularies"))
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    if cache is not None:
+        root = Path(cache.mkdir("rlid-real-vocabularies"))
+    else:
+        root = request.getfixturevalue("tmp_path_factory").mktemp("rlid-real-vocabularies")
     out = root / name
     if not (out / "config.json").exists():
         build(out)
