@@ -29,6 +29,7 @@ import torch
 from baselines.engine import RolloutEngine, TrainerEngine, completion_logprobs, stop_token_ids
 from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
+from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
 
 
@@ -92,7 +93,7 @@ class TokenPolicy:
             render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
             for o, i, m in zip(observations, infos, memory_texts)
         ]
-        return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        return [encode_prompt(self.tokenizer, p) for p in prompts]
 
     def act(
         self,

@@ -91,7 +91,9 @@ class TrainConfig:
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
     )
     adv_scale: AdvantageScale = _f("std", "group advantages divided by the group std (std) or not")
-    gamma: float = _f(0.99, "discount (GAE; also the return of group advantages)")
+    gamma: float = _f(
+        0.99, "discount: GAE, and the return sum_t gamma^t r_t of group advantages (both planes)"
+    )
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
     lora_rank: int = _f(0, "LoRA rank via peft (0: train all parameters; needs '.[lora]')")

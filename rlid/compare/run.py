@@ -1,8 +1,9 @@
 """``rlid compare``: arms x environments x seeds under one budget, with a report.
 
-Runs every (arm, env, seed) of a comparison config (``rlid.compare.config``)
-sequentially, each a normal run directory ``OUT/runs/ARM-seedN`` trained by
-``run_training`` until the shared budget in the chosen currency is spent; then
+Evaluates the untrained reference arms (random floor, walkthrough ceiling:
+``rlid.compare.reference``) into ``OUT/reference/``, then runs every (arm, env,
+seed) of a comparison config (``rlid.compare.config``) sequentially, each a normal
+run directory ``OUT/runs/ARM-seedN`` trained by ``run_training`` until the shared budget in the chosen currency is spent; then
 evaluates held-out games and writes ``OUT/report.md``, ``OUT/results.json`` and
 the plots (``rlid.compare.report``).
 
@@ -82,6 +83,34 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     rundir.write_json(path, {"after": stats})
 
 
+def reference_path(out: Path, env: str, reference: str, seed: int) -> Path:
+    return out / "reference" / env / f"{reference}-seed{seed}.json"
+
+
+def evaluate_references(
+    compare: CompareConfig, out: Path, *, say: Callable[[str], None] = print
+) -> None:
+    """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games;
+    cheap (no model), done before training so a missing walkthrough fails first.
+    Finished ones are reused. The random arm runs once per seed; the walkthrough is
+    deterministic (the same games, the same commands), so it runs for the first seed."""
+    from rlid.compare.reference import evaluate_reference
+
+    for env in compare.envs:
+        for reference in compare.references:
+            seeds = compare.seeds if reference == "random" else compare.seeds[:1]
+            for seed in seeds:
+                path = reference_path(out, env.name, reference, seed)
+                if path.exists():
+                    continue
+                stats = evaluate_reference(
+                    reference, env.env_id, dict(env.heldout_options),
+                    episodes=compare.heldout_episodes, seed=seed, interface=compare.interface,
+                )  # fmt: skip
+                rundir.write_json(path, {"reference": reference, "seed": seed, "after": stats})
+            say(f"reference {reference} on {env.name}: evaluated")
+
+
 def run_comparison(
     compare: CompareConfig,
     out: Path,
@@ -128,6 +157,7 @@ def _run_locked(
     rundir.write_json(out / "comparison.json", compare.to_dict())
     ledger_path = out / LEDGER
     ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
+    evaluate_references(compare, out, say=say)
 
     for i, run in enumerate(runs, 1):
         run_dir = out / "runs" / run.name
