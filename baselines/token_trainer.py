@@ -330,7 +330,7 @@ def _token_micro_step(
         stepper.backward(loss)
     budget.forward_passes += 1
     budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
-    return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss)}
+    return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}
 
 
 def _combine_micro_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
