@@ -189,13 +189,16 @@ def train_mode_without_dropout(model: torch.nn.Module, enabled: bool = True) -> 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Non-reentrant activation checkpointing of every decoder layer (HF models)."""
-    enable = getattr(model, "gradient_checkpointing_enable", None)
-    if enable is None:
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
         raise ValueError(
             f"gradient_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable "
             "(not a Hugging Face PreTrainedModel)"
         )
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(model, "enable_input_require_grads"):
         # frozen embeddings (LoRA) would otherwise cut the graph at the first layer
         model.enable_input_require_grads()

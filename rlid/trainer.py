@@ -30,6 +30,7 @@ import envs as envs_pkg
 from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.env_workers import WorkerEnvs
 from rlid.hardware import (
     OffloadedModel,
     Precision,
@@ -61,8 +62,12 @@ def iteration_rngs(
     return rng, gen
 
 
-def make_envs(config: TrainConfig, split: str, count: int) -> list[Any]:
+def make_envs(config: TrainConfig, split: str, count: int) -> Any:
+    """``count`` envs of the config: a list, or with ``env_workers > 0`` a
+    :class:`rlid.env_workers.WorkerEnvs` (list-like: ``len``, slices, ``[i]``)."""
     options = {**config.env_options, "split": split}
+    if config.env_workers > 0:
+        return WorkerEnvs(config.env, options, count, workers=config.env_workers)
     return [envs_pkg.make(config.env, **options) for _ in range(count)]
 
 
