@@ -64,6 +64,7 @@ from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.log import RunLog
 from rlid.trainer import (
     begin_run,
+    close_envs,
     end_iteration,
     finish_run,
     iteration_rngs,
@@ -457,4 +458,5 @@ def train_token(
                             optimizer=optimizer),
         )  # fmt: skip
     finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config)
+    close_envs(train_envs, eval_envs)
     return log

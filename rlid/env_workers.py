@@ -121,8 +121,12 @@ class WorkerEnvs:
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns)
         for w in range(self.workers):
             reply = self._receive(w, what="starting")
-            if reply[0] != "ready":  # pragma: no cover - protocol error
-                raise RuntimeError(f"env worker {w} answered {reply!r} instead of ready")
+            if reply[0] != "ready":
+                self.close()
+                raise RuntimeError(
+                    f"env worker {w} could not make {env_id} with options {self.options}:\n"
+                    f"{reply[-1]}"
+                )
 
     # ------------------------------------------------------------------ batched calls
     def reset_many(self, indices: Sequence[int], seeds: Sequence[int]) -> list[tuple[str, dict]]:

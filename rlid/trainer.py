@@ -98,6 +98,14 @@ def preflight_menu_sizes(
         )
 
 
+def close_envs(*env_lists: Any) -> None:
+    """Stop env worker processes (a plain env list needs nothing)."""
+    for env_list in env_lists:
+        close = getattr(env_list, "close", None)
+        if callable(close):
+            close()
+
+
 def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], list[int]]:
     """Reset seeds and group ids: group g plays one game group_size times."""
     rng = np.random.default_rng([config.seed, iteration, 2])
@@ -507,4 +515,5 @@ def train(
                             optimizer=optimizer),
         )  # fmt: skip
     finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config)
+    close_envs(train_envs, eval_envs)
     return log
