@@ -29,7 +29,9 @@ class _RandomPolicy:
         from types import SimpleNamespace
 
         return [
-            SimpleNamespace(action=info["legal_actions"][int(rng.integers(len(info["legal_actions"])))])
+            SimpleNamespace(
+                action=info["legal_actions"][int(rng.integers(len(info["legal_actions"])))]
+            )
             for info in infos
         ]
 
@@ -85,9 +87,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     status = Path(f"/proc/{pid}/status")
-    if status.exists() and "State:\tZ" in status.read_text():
-        return False  # a zombie of a dead parent: reaped by init, not running
-    return True
+    # a zombie (exited, not yet reaped) is not running
+    return not (status.exists() and "State:\tZ" in status.read_text())
 
 
 def test_ctrl_c_leaves_no_worker_processes(tmp_path):
