@@ -410,3 +410,64 @@ def test_token_trainer_merges_a_tiny_tail_minibatch():
         pad_id=tokenizer.pad_token_id, budget=budget, timers=Timers(),
     )  # fmt: skip
     assert budget.optimizer_steps == 2  # one per epoch, never a step on 1 completion
+
+
+# ------------------------------------------------------------------ memory and files
+def test_readout_never_asks_for_every_layers_hidden_states():
+    model, tokenizer = _tiny()
+    policy = DecisionPolicy(model, tokenizer, TrainConfig().interface)
+    obs, infos = _observations(3)
+    decisions = policy.act(
+        obs, infos, [None] * 3, rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    seen = []
+    original = model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("output_hidden_states"))
+        return original(*args, **kwargs)
+
+    model.forward = spy  # type: ignore[method-assign]
+    _, _, hidden = policy.score(decisions)
+    del model.forward
+    assert seen and not any(seen)
+    # the hook's hidden state is the last layer's (after the final norm) at the last position
+    from rlid.readout import left_pad_ids
+
+    ids, mask = left_pad_ids([d.prompt_ids for d in decisions], tokenizer.pad_token_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    full = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                 output_hidden_states=True).hidden_states[-1][:, -1]  # fmt: skip
+    torch.testing.assert_close(hidden, full)
+
+
+def test_reference_model_is_frozen_and_can_be_offloaded(tmp_path):
+    from rlid.hardware import OffloadedModel
+    from rlid.runs.log import RunLog
+    from rlid.trainer import reference_model
+
+    model, _ = _tiny()
+    for offload in (False, True):
+        config = TrainConfig(kl_coef=0.1, ref_offload=offload)
+        log = RunLog(tmp_path, config, resuming=False)
+        ref = reference_model(config, log, model)
+        assert isinstance(ref, OffloadedModel) == offload
+        assert not any(p.requires_grad for p in ref.parameters())
+        assert all(p.device.type == "cpu" for p in ref.parameters())
+        assert {id(p) for p in ref.parameters()}.isdisjoint(id(p) for p in model.parameters())
+
+
+def test_keep_checkpoints_keeps_the_newest(tmp_path):
+    from rlid.trainer import train
+
+    config = TrainConfig(
+        env="keydoor", env_options={"size": 2}, steps=60, groups_per_iter=1, group_size=2,
+        eval_episodes=0, minibatch_size=8, checkpoint_every=1, keep_checkpoints=2, ref_offload=True,
+        kl_coef=0.05,
+    )  # fmt: skip
+    log = train(config, tmp_path / "run", progress=False)
+    last = log.metrics[-1]["iteration"]
+    assert last >= 3
+    kept = sorted(p.name for p in (tmp_path / "run").glob("checkpoint*"))
+    assert kept == ["checkpoint", f"checkpoint-{last - 1}"]

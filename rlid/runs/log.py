@@ -128,7 +128,7 @@ class RunLog:
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
-            optimizer=optimizer, state=state,
+            optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
         )  # fmt: skip
 
     def restore(
