@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import logging
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,14 @@ from rlid.trainer import ppo_update
 
 
 def _sibling(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    """Another script of this folder, imported as a module (benchmarks is no package)."""
+    key = f"_benchmarks_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
 
