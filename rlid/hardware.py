@@ -190,18 +190,19 @@ def train_mode_without_dropout(model: torch.nn.Module, enabled: bool = True) -> 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Non-reentrant activation checkpointing of every decoder layer (HF models)."""
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    elif hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    hf_model: Any = model
+    if hasattr(hf_model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        hf_model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(hf_model, "gradient_checkpointing_enable"):
+        hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     else:
         raise ValueError(
             f"gradient_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable "
             "(not a Hugging Face PreTrainedModel)"
         )
-    if hasattr(model, "enable_input_require_grads"):
+    if hasattr(hf_model, "enable_input_require_grads"):
         # frozen embeddings (LoRA) would otherwise cut the graph at the first layer
-        model.enable_input_require_grads()
+        hf_model.enable_input_require_grads()
 
 
 class OffloadedModel(torch.nn.Module):
@@ -214,7 +215,8 @@ class OffloadedModel(torch.nn.Module):
         self.config = model.config
 
     def get_output_embeddings(self) -> torch.nn.Module:
-        return self.inner.get_output_embeddings()
+        inner: Any = self.inner
+        return inner.get_output_embeddings()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.compute_device.type == "cpu":

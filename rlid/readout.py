@@ -277,7 +277,7 @@ def capture_final_hidden(model: torch.nn.Module, enabled: bool = True) -> Iterat
     if not enabled:
         yield captured
         return
-    head = model.get_output_embeddings()
+    head: Any = getattr(model, "get_output_embeddings")()  # noqa: B009 - nn.Module typing
     handle = head.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
     try:
         yield captured

@@ -36,7 +36,8 @@ def evaluate_run(
     if not log.resuming:
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
     config = log.config
-    torch.set_num_threads(config.threads)
+    if config.threads is not None:  # unset: torch's default (OMP_NUM_THREADS)
+        torch.set_num_threads(config.threads)
     model, tokenizer = load_run_model(config, log)
     model.eval()
     policy = get_plane(config.plane).make_policy(config, model, tokenizer)
