@@ -1,4 +1,5 @@
-# The two commands: `make demo` (main job) and `make test` (lint + whole test suite).
+# The two commands: `make demo` (main job) and `make test` (lint, layering contract, types,
+# whole test suite).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -21,6 +22,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

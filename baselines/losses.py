@@ -417,6 +417,7 @@ def token_policy_loss(
         logp_safe, log_ratio, log_rho, advantages, mask_f, weigh, eps_low=eps_low, eps_high=eps_high
     )
     if beta > 0:
+        assert logp_ref is not None  # checked above
         log_ref_ratio = torch.where(tokens, logp_ref.detach() - logp, 0.0)  # (B, T)
         k3 = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
         loss_tok = loss_tok + beta * k3

@@ -71,6 +71,9 @@ def _token_train(
 ) -> RunLog:
     from baselines.token_trainer import train_token
 
+    if config is None and not resume:
+        raise ValueError("a config is required to start a new run")
+
     return train_token(config, out, resume=resume, progress=progress)
 
 

@@ -44,6 +44,7 @@ from menus.prompt import render_token_prompt
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
 from rlid.policy import Decision, ValueHead, decision_temperatures, sample_rows
+from rlid.protocols import CausalLM
 
 Norm = ScoreNorm
 
@@ -75,7 +76,7 @@ class ScoringPolicy:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         tokenizer: Any,
         interface: Interface,
         *,

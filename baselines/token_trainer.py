@@ -58,6 +58,7 @@ from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.hardware import Precision, Stepper, train_mode_without_dropout
 from rlid.lora import load_run_model
+from rlid.names import AdvantageScale
 from rlid.policy import chunks
 from rlid.ppo import minibatches
 from rlid.rollout import Episode, collect_episodes, episode_stats
@@ -169,7 +170,7 @@ def token_advantages(
     if not episodes:
         return [], torch.zeros(0)
     grouped, returns = group_returns(episodes, config)
-    scale = "none" if config.algo == "dr_grpo" else "std"
+    scale: AdvantageScale = "none" if config.algo == "dr_grpo" else "std"
     adv = group_advantages(returns, scale=scale)  # (groups, G)
     completions: list[Generation] = []
     per_completion: list[float] = []
@@ -380,7 +381,7 @@ def sample_stats(result: TokenRollout, config: TrainConfig) -> dict[str, float]:
 
 
 def train_token(
-    config: TrainConfig, out: Path, *, resume: bool = False, progress: bool = True
+    config: TrainConfig | None, out: Path, *, resume: bool = False, progress: bool = True
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
 

@@ -120,10 +120,66 @@ def _decisions(policy: DecisionPolicy, batch: int, seed: int) -> list[Any]:
         )  # fmt: skip
 
 
+def _bench_setting(
+    name: str, changes: dict[str, Any], args: argparse.Namespace, device: torch.device,
+    peak_tensor_bytes: Any,
+) -> str:  # fmt: skip
+    """One table row: time and peak memory of readout + update under ``changes``."""
+    tokenizer = build_tiny_tokenizer()
+    config = TrainConfig(
+        device=str(device), epochs=1, minibatch_size=args.batch, max_grad_norm=1.0,
+        **changes,  # type: ignore[arg-type]
+    )  # fmt: skip
+    precision = Precision.from_config(config)
+    model = build_model_from_config(model_config(tokenizer, "large"), seed=args.seed)
+    precision.place(model)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    policy = DecisionPolicy(model, tokenizer, config.interface, autocast=precision.autocast)
+    decisions = _decisions(policy, args.batch, args.seed)
+    advantages = torch.randn(args.batch, generator=torch.Generator().manual_seed(args.seed))
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    out: dict[str, float] = {}
+
+    def update() -> None:
+        out.update(
+            ppo_update(
+                policy,
+                decisions,
+                advantages,
+                torch.zeros(args.batch),
+                config=config,
+                optimizer=optimizer,
+                params=params,
+                rng=np.random.default_rng(0),
+                budget=Budget(),
+                timers=Timers(),
+                scaler=precision.grad_scaler(),
+            )  # fmt: skip
+        )
+
+    update()  # warm-up (allocator, optimizer state)
+    times = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        update()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        update()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = peak_tensor_bytes(update)
+    return f"| {name} | {min(times):.2f} | {peak / 2**20:.0f} | {out['loss']:.4f} |"
+
+
 def bench_update(args: argparse.Namespace) -> list[str]:
     device = resolve_device(args.device)
-    tokenizer = build_tiny_tokenizer()
-    settings = [
+    settings: list[tuple[str, dict[str, Any]]] = [
         ("float32", dict()),
         ("bf16 autocast", dict(mixed_precision="bf16")),
         ("float32 + gradient checkpointing", dict(gradient_checkpointing=True)),
@@ -136,47 +192,7 @@ def bench_update(args: argparse.Namespace) -> list[str]:
         "|---|---|---|---|",
     ]
     for name, changes in settings:
-        config = TrainConfig(
-            device=str(device), epochs=1, minibatch_size=args.batch, max_grad_norm=1.0,
-            **changes,  # type: ignore[arg-type]
-        )  # fmt: skip
-        precision = Precision.from_config(config)
-        model = build_model_from_config(model_config(tokenizer, "large"), seed=args.seed)
-        precision.place(model)
-        if config.gradient_checkpointing:
-            enable_gradient_checkpointing(model)
-        policy = DecisionPolicy(model, tokenizer, config.interface, autocast=precision.autocast)
-        decisions = _decisions(policy, args.batch, args.seed)
-        advantages = torch.randn(args.batch, generator=torch.Generator().manual_seed(args.seed))
-        params = list(model.parameters())
-        optimizer = torch.optim.AdamW(params, lr=1e-5)
-        out: dict[str, float] = {}
-
-        def update() -> None:
-            out.update(
-                ppo_update(
-                    policy, decisions, advantages, torch.zeros(args.batch), config=config,
-                    optimizer=optimizer, params=params, rng=np.random.default_rng(0),
-                    budget=Budget(), timers=Timers(), scaler=precision.grad_scaler(),
-                )  # fmt: skip
-            )
-
-        update()  # warm-up (allocator, optimizer state)
-        times = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            update()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            update()
-            peak = torch.cuda.max_memory_allocated() - base
-        else:
-            peak = peak_tensor_bytes(update)
-        lines.append(f"| {name} | {min(times):.2f} | {peak / 2**20:.0f} | {out['loss']:.4f} |")
+        lines.append(_bench_setting(name, changes, args, device, peak_tensor_bytes))
     return lines
 
 

@@ -81,7 +81,7 @@ def _parse_ranges(spec: str) -> tuple[str, ...]:
         raise ValueError(f"cannot parse alphabet spec {spec!r}: {usage}")
     labels: list[str] = []
     for start in range(0, len(spec), 3):
-        first, dash, last = spec[start : start + 3]
+        first, dash, last = spec[start], spec[start + 1], spec[start + 2]
         same_class = any(
             first in group and last in group
             for group in ("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz", "0123456789")

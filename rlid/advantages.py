@@ -105,7 +105,7 @@ def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     if rewards.dim() == 0:
         raise ValueError("rewards must have a time dimension first, got a scalar")
     returns = torch.empty_like(rewards)
-    running = torch.zeros_like(rewards[0]) if rewards.shape[0] else None
+    running = torch.zeros_like(rewards[0]) if rewards.shape[0] else torch.zeros(())
     for t in reversed(range(rewards.shape[0])):
         running = rewards[t] + gamma * running
         returns[t] = running

@@ -51,7 +51,7 @@ class Budget:
 
     @classmethod
     def from_dict(cls, data: dict[str, float]) -> Budget:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # type: ignore[arg-type]
 
     def get(self, currency: str) -> float:
         if currency not in self.__dataclass_fields__:

@@ -354,7 +354,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             type=kind,
             choices=choices,
             default=None,
-            help=f"{(f.metadata or {}).get('help', f.name)} (default: {default})",
+            help=f"{dict(f.metadata).get('help', f.name)} (default: {default})",
         )
 
 

@@ -63,7 +63,7 @@ def load_dtype(config: Any) -> torch.dtype:
     return DTYPES[dtype_name]
 
 
-def load_run_model(config: Any, log: Any) -> tuple[torch.nn.Module, Any]:
+def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
     """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
     from rlid.models import load_policy_model
 
@@ -98,7 +98,7 @@ def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Modul
 class AdapterDisabled(torch.nn.Module):
     """The base model under a LoRA-wrapped one: forward with the adapters switched off."""
 
-    def __init__(self, peft_model: torch.nn.Module) -> None:
+    def __init__(self, peft_model: Any) -> None:
         super().__init__()
         self.peft_model = peft_model
         self.config = peft_model.config

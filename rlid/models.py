@@ -193,7 +193,7 @@ def load_policy_model(
         return _load_tiny(dtype=dtype, warm=warm)
     path = _check_model_dir(name_or_path)
     model, tokenizer = _load_dir(path, dtype=dtype)
-    model.rlid_origin = "local"
+    model.rlid_origin = "local"  # type: ignore[assignment]
     logger.info("loaded policy model from %s", path)
     return model, tokenizer
 
@@ -207,7 +207,7 @@ def _load_tiny(
     if warm and (cache / "config.json").is_file():
         model, cached_tokenizer = _load_dir(cache, dtype=dtype)
         if cached_tokenizer.get_vocab() == tokenizer.get_vocab():
-            model.rlid_origin = "warm"
+            model.rlid_origin = "warm"  # type: ignore[assignment]
             logger.info("loaded the warm-started tiny model from %s", cache)
             return model, cached_tokenizer
         logger.warning(
@@ -224,7 +224,7 @@ def _load_tiny(
     else:
         logger.info("using the fresh tiny model (warm start disabled)")
     model = build_model_from_config(model_config(tokenizer, "tiny"), seed=0, dtype=dtype)
-    model.rlid_origin = "fresh"
+    model.rlid_origin = "fresh"  # type: ignore[assignment]
     return model, tokenizer
 
 

@@ -28,6 +28,7 @@ import torch
 from menus import Interface, LabelSet, Menu, menu_for_step
 from menus.prompt import label_context, render_decision_prompt
 from rlid.budget import Budget, Timers
+from rlid.protocols import CausalLM
 from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
 
 
@@ -100,7 +101,7 @@ class DecisionPolicy:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         tokenizer: Any,
         interface: Interface,
         *,
@@ -208,6 +209,7 @@ class DecisionPolicy:
         )  # fmt: skip
         self.budget.forward_passes += 1
         self.budget.tokens_processed += int(attention_mask.sum())
+        assert result.hidden is not None  # return_hidden=True
         return result.logp, result.label_mass, result.hidden
 
     def score(self, decisions: list[Decision]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

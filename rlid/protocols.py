@@ -16,6 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+CausalLM = Any
+"""A Hugging Face causal LM (``PreTrainedModel``) or a wrapper with the same surface
+(``.config``, ``get_output_embeddings()``, ``forward(input_ids=..., ...)``), e.g. a peft
+model. ``Any`` because ``torch.nn.Module.__getattr__`` hides those attributes from mypy."""
+
 if TYPE_CHECKING:
     from rlid.budget import Budget, Timers
     from rlid.policy import Decision, ValueHead

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
+
+from rlid.protocols import CausalLM
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ def pad_label_ids(
 
 
 def label_logprobs(
-    model: PreTrainedModel,
+    model: CausalLM,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     label_token_ids: Sequence[Sequence[int]],
@@ -161,7 +163,7 @@ def label_logprobs(
 
 
 def readout_from_ids(
-    model: PreTrainedModel,
+    model: CausalLM,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     label_ids: torch.Tensor,
@@ -285,7 +287,7 @@ def capture_final_hidden(model: torch.nn.Module, enabled: bool = True) -> Iterat
         handle.remove()
 
 
-def model_vocab_size(model: PreTrainedModel) -> int:
+def model_vocab_size(model: CausalLM) -> int:
     """Rows of the output embedding (the logit dimension)."""
     return model.get_output_embeddings().weight.shape[0]
 

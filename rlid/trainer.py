@@ -127,7 +127,8 @@ def compute_advantages(
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
         targets = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
         return decisions, adv, targets
-    advs, targets = [], []
+    advs: list[torch.Tensor] = []
+    value_targets: list[torch.Tensor] = []
     for e in episodes:
         rewards = torch.tensor(e.rewards, dtype=torch.float32).unsqueeze(1)  # (T, 1)
         values = torch.tensor([d.value for d in e.decisions], dtype=torch.float32).unsqueeze(1)
@@ -141,8 +142,8 @@ def compute_advantages(
             gamma=config.gamma, lam=config.lam,
         )  # fmt: skip
         advs.append(a.squeeze(1))
-        targets.append(r.squeeze(1))
-    return decisions, torch.cat(advs), torch.cat(targets)
+        value_targets.append(r.squeeze(1))
+    return decisions, torch.cat(advs), torch.cat(value_targets)
 
 
 def evaluate(

@@ -133,10 +133,11 @@ def shortest_plan(rules: GameRules) -> list[str]:
             parent[nxt] = (state, action)
             if rules.won(nxt):
                 plan = []
-                node: Any = nxt
-                while parent[node] is not None:
-                    node, step = parent[node]
+                link = parent[nxt]
+                while link is not None:
+                    node, step = link
                     plan.append(step)
+                    link = parent[node]
                 return plan[::-1]
             frontier.append(nxt)
     raise RuntimeError("generated game has no winning plan")
@@ -217,7 +218,7 @@ def load_game(
     rules_class: type[GameRules], seed: int, options: tuple[tuple[str, int], ...]
 ) -> tuple[GameRules, tuple[str, ...]]:
     """Generate (and cache) one game and its optimal walkthrough."""
-    rules = rules_class(seed, **dict(options))
+    rules = rules_class(seed, **dict(options))  # type: ignore[call-arg]  # subclass options
     return rules, tuple(shortest_plan(rules))
 
 
@@ -291,24 +292,30 @@ class BuiltinGameEnv(TextGameEnv):
             self.np_random, split=self.split, game_seed=self.game_seed, num_games=self.num_games
         )
         options = tuple(sorted(self.game_options.items()))
-        self.rules, self._walkthrough = load_game(self.rules_class, seed, options)
+        rules, self._walkthrough = load_game(self.rules_class, seed, options)
+        self.rules = rules
         self.current_game_seed = seed
         if self.auto_step_limit:
             self.max_episode_steps = max(MIN_STEP_LIMIT, 2 * len(self._walkthrough))
-        self.state = self.rules.initial_state()
-        return self.rules.observe(self.state, "")
+        self.state = rules.initial_state()
+        return rules.observe(self.state, "")
+
+    def _loaded(self) -> GameRules:
+        if self.rules is None:
+            raise RuntimeError("call reset() before step()")
+        return self.rules
 
     def _game_step(self, action: str) -> tuple[str, int, bool, bool]:
-        rules = self.rules
+        rules = self._loaded()
         self.state, feedback = rules.apply(self.state, action)
         obs = rules.observe(self.state, feedback)
         return obs, rules.score(self.state), rules.won(self.state), rules.lost(self.state)
 
     def _game_legal_actions(self) -> list[str]:
-        return self.rules.legal_actions(self.state)
+        return self._loaded().legal_actions(self.state)
 
     def _game_afterstates(self, legal_actions: list[str]) -> list[str]:
-        rules, state = self.rules, self.state
+        rules, state = self._loaded(), self.state
         return [describe_outcome(rules, state, rules.apply(state, a)[0]) for a in legal_actions]
 
     def _game_objective(self) -> str:

@@ -99,7 +99,7 @@ class CraftingRules(GameRules):
         n_ingredients = rng.randint(math.ceil(steps / 2), min(steps, MAX_INGREDIENTS))
         names = rng.sample(INGREDIENTS, n_ingredients + distractors)
         doubled = set(rng.sample(range(n_ingredients), steps - n_ingredients))
-        recipe = []
+        recipe: list[tuple[str, ...]] = []
         for i in range(n_ingredients):
             if i in doubled:
                 recipe.append((rng.choice(CUTS), rng.choice(HEATS)))

@@ -269,7 +269,8 @@ class KeyDoorEnv(BuiltinGameEnv):
     OPTIONS = OPTIONS
 
     @classmethod
-    def check_options(cls, *, size: int, keys: int, distractors: int) -> None:
+    def check_options(cls, **options: int) -> None:
+        size, keys, distractors = options["size"], options["keys"], options["distractors"]
         if keys > size - 1:
             raise ValueError(
                 f"keydoor: keys={keys} needs size >= {keys + 1} (each locked door sits "

@@ -200,7 +200,11 @@ class TextWorldEnv(TextGameEnv):
     def _load(self, seed: int | None) -> _LoadedGame:
         path = self._paths.get(seed)
         if path is None:
-            path = self.games.path if isinstance(self.games, GameFile) else self.games.path(seed)
+            if isinstance(self.games, GameFile):
+                path = self.games.path
+            else:
+                assert seed is not None  # generated games are indexed by seed
+                path = self.games.path(seed)
             self._paths[seed] = path
         if path in self._loaded:
             self._loaded.move_to_end(path)
@@ -211,6 +215,7 @@ class TextWorldEnv(TextGameEnv):
             if isinstance(self.games, GameFile):
                 raise ValueError(f"game file {path} cannot be loaded by TextWorld: {exc}") from exc
             # A cache entry that passed its checks but does not load: regenerate once.
+            assert seed is not None
             self.games.discard(seed)
             path = self._paths[seed] = self.games.path(seed)
             loaded = _start(path)
@@ -220,16 +225,21 @@ class TextWorldEnv(TextGameEnv):
             old.tw_env.close()
         return loaded
 
+    def _game(self) -> _LoadedGame:
+        if self._current is None:
+            raise RuntimeError("call reset() before step()")
+        return self._current
+
     # ------------------------------------------------------------------- hooks
     def _game_reset(self) -> str:
         self._seed_index, seed = self._select_game()
         self._current = self._load(seed)
-        self._state = self._current.tw_env.reset()
+        self._state = self._game().tw_env.reset()
         self._sync_logic(reset=True)
         return clean_observation(self._state["feedback"])
 
     def _game_step(self, action: str) -> tuple[str, int, bool, bool]:
-        self._state, _, _ = self._current.tw_env.step(action)
+        self._state, _, _ = self._game().tw_env.step(action)
         self._sync_logic(reset=False)
         state = self._state
         return (
@@ -242,35 +252,33 @@ class TextWorldEnv(TextGameEnv):
     def _sync_logic(self, *, reset: bool) -> None:
         """Read the logic state the tracker keeps in step with the live game."""
         self._valid_actions = self._state["_valid_actions"]
-        self._commands = self._current.started.inform7.gen_commands_from_actions(
-            self._valid_actions
-        )
+        self._commands = self._game().started.inform7.gen_commands_from_actions(self._valid_actions)
         if self.use_afterstates:
             previous, self._facts = self._facts, self.logic_facts()
             if reset:
-                self._current.model.reset(self._facts)
+                self._game().model.reset(self._facts)
             else:
-                self._current.model.observe(self._facts, previous)
+                self._game().model.observe(self._facts, previous)
 
     def _game_legal_actions(self) -> list[str]:
         return sorted(set(self._commands))
 
     def _game_afterstates(self, legal_actions: list[str]) -> list[str]:
         groups = group_commands(self._commands, self._valid_actions)
-        return self._current.model.afterstates(self._facts, groups, legal_actions)
+        return self._game().model.afterstates(self._facts, groups, legal_actions)
 
     def _game_objective(self) -> str:
-        return self._current.game.objective if self._current else ""
+        return self._game().game.objective if self._current else ""
 
     def _game_max_score(self) -> int:
         if self._current is None:
             return 0
-        max_score = self._current.game.max_score
+        max_score = self._game().game.max_score
         # Repeatable rewarded quests make it unbounded (never in tw-make's games).
         return int(max_score) if math.isfinite(max_score) else 0
 
     def _game_walkthrough(self) -> list[str] | None:
-        walkthrough = self._current.walkthrough
+        walkthrough = self._game().walkthrough
         return list(walkthrough) if walkthrough is not None else None
 
     def _game_extra_info(self) -> dict[str, Any]:
@@ -280,18 +288,18 @@ class TextWorldEnv(TextGameEnv):
     @property
     def game(self) -> Any:
         """The ``textworld.Game`` being played (``None`` before the first reset)."""
-        return self._current.game if self._current else None
+        return self._game().game if self._current else None
 
     @property
     def afterstate_model(self) -> AfterstateModel:
         """The current game's afterstate predictor (quest state included)."""
         if self._current is None:
             raise RuntimeError("no game loaded; call reset() first")
-        return self._current.model
+        return self._game().model
 
     def logic_facts(self) -> frozenset:
         """The live logic state's facts (``textworld.logic.Proposition`` s)."""
-        return frozenset(self._current.started.tracker._game_progression.state.facts)
+        return frozenset(self._game().started.tracker._game_progression.state.facts)
 
     def logic_actions(self, command: str) -> list[Any]:
         """The logic actions behind a legal command (preferred first)."""
@@ -306,10 +314,10 @@ class TextWorldEnv(TextGameEnv):
         """
         if self._current is None:
             raise RuntimeError("snapshot() needs a running episode; call reset() first")
-        quests = self._current.model.quests
+        quests = self._game().model.quests
         return TextWorldSnapshot(
-            path=self._current.path,
-            tracked=save_tracked(self._current.started),
+            path=self._game().path,
+            tracked=save_tracked(self._game().started),
             fields={name: copy.copy(getattr(self, name)) for name in _FIELDS},
             quests=(list(quests.completions), list(quests.failed)),
         )
@@ -318,11 +326,11 @@ class TextWorldEnv(TextGameEnv):
         """Return to a state saved by :meth:`snapshot` (same env, same game)."""
         if self._current is None or snapshot.path != self._current.path:
             raise ValueError("restore() needs the game the snapshot was taken in to be loaded")
-        restore_tracked(self._current.started, snapshot.tracked)
+        restore_tracked(self._game().started, snapshot.tracked)
         for name, value in snapshot.fields.items():
             setattr(self, name, copy.copy(value))
-        quests = self._current.model.quests
-        quests.completions, quests.failed = (list(q) for q in snapshot.quests)
+        quests = self._game().model.quests
+        quests.completions, quests.failed = list(snapshot.quests[0]), list(snapshot.quests[1])
 
     def close(self) -> None:
         for loaded in self._loaded.values():

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlid.audit.run import (
     AUDIT_INTERFACE,
     AuditConfig,
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-def add_audit_parser(subparsers):  # type: ignore[no-untyped-def]
+def add_audit_parser(subparsers: Any) -> None:
     """Register ``rlid audit`` (see :mod:`rlid.audit.cli`)."""
     from rlid.audit.cli import add_audit_parser as add
 

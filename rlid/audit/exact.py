@@ -27,6 +27,7 @@ import fnmatch
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -119,7 +120,7 @@ def float64_copy(model: torch.nn.Module) -> torch.nn.Module:
     downcasts that round the gradients to float32 precision. The copy gets RMSNorm's
     own formula in the input dtype and the SDPA attention, which keeps float64.
     """
-    exact = copy.deepcopy(model).to(torch.float64).eval()
+    exact: Any = copy.deepcopy(model).to(torch.float64).eval()
     for module in exact.modules():
         if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
             module.forward = types.MethodType(_rms_norm_in_input_dtype, module)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from menus import Interface
 from rlid.config import TrainConfig, add_env_option_argument
@@ -56,7 +57,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     else:
         print(f"[1/3] warm start: using the cached tiny model ({tiny_cache_dir()})")
-    options = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
+    options: dict[str, Any] = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
     options.update(parse_option_strings(args.env_option))
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     config = demo_config(args.env, options, args.steps, args.seed, args.threads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import string
 from collections.abc import Callable
+from typing import Any
 
 LABELS = string.ascii_uppercase + string.ascii_lowercase
 
@@ -30,7 +31,7 @@ def play(
     import envs
     from envs.registry import parse_option_strings
 
-    options = parse_option_strings(args.env_option)
+    options: dict[str, Any] = dict(parse_option_strings(args.env_option))
     options["split"] = args.split
     if args.game_seed is not None:
         options["game_seed"] = args.game_seed

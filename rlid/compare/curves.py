@@ -68,29 +68,43 @@ def mean_curve(series: list[tuple[list, list]]) -> dict[str, list[float]] | None
 def window_stats(curve: dict[str, list[float]], start: float, end: float) -> dict[str, float]:
     """Value at ``end`` and the step curve's average over ``[start, end]`` (its AUC / width)."""
     xs, ys = curve["x"], curve["mean"]
-    at_end = step_value(xs, ys, end)
+
+    def value(at: float) -> float:
+        y = step_value(xs, ys, at)
+        if y is None:
+            raise ValueError(f"window start {start} lies before the curve's first point {xs[0]}")
+        return y
+
+    at_end = value(end)
     if end <= start:
         return {"at_end": at_end, "auc": at_end}
     cuts = [start] + [x for x in xs if start < x < end] + [end]
-    area = sum(step_value(xs, ys, a) * (b - a) for a, b in zip(cuts[:-1], cuts[1:]))
+    area = sum(value(a) * (b - a) for a, b in zip(cuts[:-1], cuts[1:]))
     return {"at_end": at_end, "auc": area / (end - start)}
 
 
-def leaders(curves: dict[str, dict[str, dict]]) -> dict[str, Any]:
+def _spent(curve: dict[str, Any] | None) -> dict[str, Any]:
+    if curve is None:  # every metric of an arm is spent on the same x values
+        raise ValueError("an arm has a curve for one metric but not another")
+    return curve
+
+
+def leaders(curves: dict[str, dict[str, dict[str, Any] | None]]) -> dict[str, Any]:
     """Per metric: the common window of the arms' mean curves, each arm's value, the leader.
 
     ``curves[metric][arm]`` is a :func:`mean_curve`. Ties in the first metric are broken
     by the second (success, then return). Only arms that spend the currency take part,
     and with fewer than two of them there is no window and no leader.
     """
-    arms = [a for a in curves[METRICS[0]] if curves[METRICS[0]][a] is not None]
+    spent = {a: c for a, c in curves[METRICS[0]].items() if c is not None}
+    arms = list(spent)
     if len(arms) < 2:  # nothing to compare on an axis only one arm spends
         return {"window": None, "arms": {}, "leader_at_end": None, "leader_auc": None}
-    start = max(curves[METRICS[0]][a]["x"][0] for a in arms)
-    end = min(curves[METRICS[0]][a]["x"][-1] for a in arms)
+    start = max(spent[a]["x"][0] for a in arms)
+    end = min(spent[a]["x"][-1] for a in arms)
     if start > end:
         return {"window": [start, end], "arms": {}, "leader_at_end": None, "leader_auc": None}
-    table = {a: {m: window_stats(curves[m][a], start, end) for m in METRICS} for a in arms}
+    table = {a: {m: window_stats(_spent(curves[m][a]), start, end) for m in METRICS} for a in arms}
     out: dict[str, Any] = {"window": [start, end], "arms": table}
     for key, stat in (("leader_at_end", "at_end"), ("leader_auc", "auc")):
         scores = {a: tuple(table[a][m][stat] for m in METRICS) for a in arms}

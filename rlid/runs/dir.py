@@ -93,7 +93,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(
     run_dir: Path,
     *,
-    model: torch.nn.Module,
+    model: Any,
     tokenizer: Any,
     extra_modules: dict[str, torch.nn.Module],
     optimizer: torch.optim.Optimizer,

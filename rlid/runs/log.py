@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from rlid.runs import dir as rundir
 from rlid.budget import Budget
 from rlid.config import TrainConfig
+from rlid.runs import dir as rundir
 
 
 def config_fingerprint(config: TrainConfig) -> str:

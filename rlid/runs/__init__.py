@@ -1,0 +1,8 @@
+"""Run directories: atomic files, the run log, checkpoints, summaries and evaluation.
+
+* :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``).
+* :mod:`rlid.runs.dir`      — the directory layout, JSON, metrics and checkpoint files.
+* :mod:`rlid.runs.log`      — :class:`RunLog`: what a trainer reads and writes.
+* :mod:`rlid.runs.summary`  — ``summary.md`` and ``curves.png``.
+* :mod:`rlid.runs.evaluate` — :func:`evaluate_run`: play a run's checkpoint.
+"""
