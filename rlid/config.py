@@ -87,7 +87,7 @@ class TrainConfig:
     )
     gradient_checkpointing: bool = _f(
         False,
-        "recompute activations in the backward pass (less memory, ~30% more compute); the "
+        "recompute activations in the backward pass (less memory, more compute); the "
         "model runs in train mode during the update with every dropout at zero",
     )
     ref_offload: bool = _f(
