@@ -42,7 +42,7 @@ from rlid.lora import AdapterDisabled, load_run_model
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
 from rlid.ppo import decision_ppo_loss, minibatches
-from rlid.protocols import MenuPolicy
+from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.log import RunLog
 
@@ -342,8 +342,8 @@ def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) ->
 
 
 def setup_hardware(
-    config: TrainConfig, model: torch.nn.Module
-) -> tuple[torch.nn.Module, Precision, torch.amp.GradScaler | None]:
+    config: TrainConfig, model: CausalLM
+) -> tuple[CausalLM, Precision, torch.amp.GradScaler | None]:
     """Threads, device, weight dtype and gradient checkpointing of a run's model."""
     if config.threads is not None:
         torch.set_num_threads(config.threads)
