@@ -35,6 +35,7 @@ from baselines.engine import RolloutEngine, TrainerEngine, completion_logprobs, 
 from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from rlid.budget import Budget, Timers
+from rlid.policy import chunks
 
 
 @dataclass
@@ -79,6 +80,7 @@ class TokenPolicy:
         budget: Budget | None = None,
         timers: Timers | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        micro_batch_size: int | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -92,6 +94,7 @@ class TokenPolicy:
         self.timers = timers if timers is not None else Timers()
         self.stop_ids = stop_token_ids(tokenizer, COMMAND_END)
         self.autocast = autocast
+        self.micro_batch_size = micro_batch_size  # most prompts per generate call
 
     def prompt_ids(
         self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
@@ -117,21 +120,28 @@ class TokenPolicy:
         del rng  # the token plane has no menu to shuffle
         with self.timers.time("menu"):
             prompt_ids = self.prompt_ids(observations, infos, memory_texts)
+        completion_ids: list[list[int]] = []
+        logp_rollout: list[list[float]] = []
         with self.timers.time("generate"):
-            completion_ids, logp_rollout = self.engine.generate(
-                prompt_ids, self.max_new_tokens, generator, self.stop_ids,
-                temperature=temperature, greedy=greedy,
-            )  # fmt: skip
+            for part in chunks(len(prompt_ids), self.micro_batch_size):
+                ids, logps = self.engine.generate(
+                    prompt_ids[part], self.max_new_tokens, generator, self.stop_ids,
+                    temperature=temperature, greedy=greedy,
+                )  # fmt: skip
+                completion_ids += ids
+                logp_rollout += logps
         if self.engine.same_as_trainer:
             logp_old = [list(row) for row in logp_rollout]
         else:
             with self.timers.time("forward"), torch.no_grad():
-                logp, mask, _ = completion_logprobs(
-                    self.model, prompt_ids, completion_ids, self.pad_id,
-                    temperature=temperature, autocast=self.autocast,
-                )  # fmt: skip
-            logp_old = [logp[b][mask[b]].tolist() for b in range(len(prompt_ids))]
-            self.budget.forward_passes += 1
+                logp_old = []
+                for part in chunks(len(prompt_ids), self.micro_batch_size):
+                    logp, mask, _ = completion_logprobs(
+                        self.model, prompt_ids[part], completion_ids[part], self.pad_id,
+                        temperature=temperature, autocast=self.autocast,
+                    )  # fmt: skip
+                    logp_old += [logp[b][mask[b]].tolist() for b in range(len(logp))]
+            self.budget.forward_passes += len(chunks(len(prompt_ids), self.micro_batch_size))
             self.budget.tokens_processed += sum(map(len, prompt_ids)) + sum(
                 map(len, completion_ids)
             )
@@ -159,7 +169,10 @@ class TokenPolicy:
         self.budget.decisions += len(records)
         self.budget.generated_samples += len(records)
         self.budget.generated_tokens += generated
-        # KV-cached decoding: one batched forward per generated position
-        self.budget.forward_passes += max(map(len, completion_ids))
+        # KV-cached decoding: one batched forward per generated position (per chunk)
+        self.budget.forward_passes += sum(
+            max(map(len, completion_ids[part]))
+            for part in chunks(len(completion_ids), self.micro_batch_size)
+        )
         self.budget.tokens_processed += sum(map(len, prompt_ids)) + generated
         return records

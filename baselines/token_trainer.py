@@ -404,6 +404,7 @@ def train_token(
     policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
         engine=engine, budget=budget, timers=timers, autocast=precision.autocast,
+        micro_batch_size=config.micro_batch_size,
     )  # fmt: skip
     eval_policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,

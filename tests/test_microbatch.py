@@ -269,3 +269,28 @@ def test_token_update_micro_batches_equal_one_batch(algo):
         many = _sgd_step_params(step_with(micro))
         for a, b in zip(many, one):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("micro", [1, 3])
+def test_rollout_forwards_chunked_by_micro_batch_size_act_the_same(micro):
+    """Chunking the rollout readout changes memory, not decisions (sampling is one draw)."""
+    import envs
+    from rlid.config import TrainConfig
+    from rlid.policy import DecisionPolicy
+
+    model, tokenizer = _tiny()
+    interface = TrainConfig().interface
+    env = envs.make("keydoor", size=2, game_seed=0)
+    pairs = [env.reset(seed=s) for s in range(7)]
+    obs, infos = [p[0] for p in pairs], [p[1] for p in pairs]
+    out = {}
+    for size in (None, micro):
+        policy = DecisionPolicy(model, tokenizer, interface, micro_batch_size=size)
+        with torch.no_grad():
+            decisions = policy.act(
+                obs, infos, [None] * 7, rng=np.random.default_rng(0),
+                generator=torch.Generator().manual_seed(0),
+            )  # fmt: skip
+        out[size] = [(d.chosen, round(d.logp, 5), round(d.entropy, 5)) for d in decisions]
+        assert policy.budget.forward_passes == (1 if size is None else -(-7 // size))
+    assert out[micro] == out[None]
