@@ -83,7 +83,8 @@ class TrainConfig:
         None,
         "decisions (or completions) per forward/backward, gradients accumulated up to "
         "minibatch_size with the minibatch's loss normaliser; also chunks rollout forwards "
-        "(unset: minibatch_size)",
+        "(unset: minibatch_size; the decision and scoring planes act the same either way, "
+        "chunked token-plane generation draws its tokens in another order)",
     )
     gradient_checkpointing: bool = _f(
         False,
