@@ -4,7 +4,8 @@ Source: Tan et al. 2024, "True Knowledge Comes from Practice: Aligning LLMs with
 Embodied Environments via Reinforcement Learning" (TWOSOME, arXiv:2401.14151).
 For each legal action ``a`` the completion ``prefix + a + "\\n"``
 (``menus.command_completion``: exactly what the token plane would write) is
-scored after the token-plane prompt; its log-likelihood is normalised
+scored after the token-plane prompt, tokenised together with it (its tokens as
+they appear in the text, ``menus.tokens.continuation_ids``); its log-likelihood is normalised
 
 * ``sum``   — Σ_t log π(y_t | s, y_<t) (the plain sequence likelihood);
 * ``token`` — the sum divided by the completion's token count;
@@ -41,6 +42,7 @@ from torch import Tensor
 from baselines.engine import completion_logprobs
 from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
+from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
 from rlid.policy import Decision, ValueHead, decision_temperatures, sample_rows
@@ -106,10 +108,11 @@ class ScoringPolicy:
         return UNLIMITED_MENU
 
     # ------------------------------------------------------------------ acting
-    def completion_ids(self, action: str) -> list[int]:
-        """Token ids of what the token plane writes for ``action`` (``" go east\\n"``)."""
-        text = command_completion(action, self.command_prefix)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+    def completion_ids(self, prompt: str, actions: list[str]) -> tuple[list[int], list[list[int]]]:
+        """Ids of ``prompt`` and of what the token plane writes after it for each action
+        (``" go east\\n"``), tokenised in the text (``menus.tokens.continuation_ids``)."""
+        texts = [command_completion(a, self.command_prefix) for a in actions]
+        return continuation_ids(self.tokenizer, prompt, texts)
 
     def act(
         self,
@@ -129,9 +132,10 @@ class ScoringPolicy:
                 render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
                 for o, i, m in zip(observations, infos, memory_texts)
             ]
-            prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
             actions = [list(info["legal_actions"]) for info in infos]
-            completions = [[self.completion_ids(a) for a in legal] for legal in actions]
+            encoded = [self.completion_ids(p, legal) for p, legal in zip(prompts, actions)]
+            prompt_ids = [ids for ids, _ in encoded]
+            completions = [conts for _, conts in encoded]
             menus = [
                 compile_menu(
                     legal,

@@ -34,6 +34,7 @@ import torch
 from baselines.engine import RolloutEngine, TrainerEngine, completion_logprobs, stop_token_ids
 from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
+from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
 from rlid.policy import chunks
 
@@ -103,7 +104,7 @@ class TokenPolicy:
             render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
             for o, i, m in zip(observations, infos, memory_texts)
         ]
-        return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        return [encode_prompt(self.tokenizer, p) for p in prompts]
 
     def act(
         self,
@@ -124,12 +125,12 @@ class TokenPolicy:
         logp_rollout: list[list[float]] = []
         with self.timers.time("generate"):
             for part in chunks(len(prompt_ids), self.micro_batch_size):
-                ids, logps = self.engine.generate(
+                part_ids, part_logps = self.engine.generate(
                     prompt_ids[part], self.max_new_tokens, generator, self.stop_ids,
                     temperature=temperature, greedy=greedy,
                 )  # fmt: skip
-                completion_ids += ids
-                logp_rollout += logps
+                completion_ids += part_ids
+                logp_rollout += part_logps
         if self.engine.same_as_trainer:
             logp_old = [list(row) for row in logp_rollout]
         else:

@@ -12,12 +12,13 @@ group-relative advantage, ``group_advantages`` of the episode returns (std
 scaling for grpo / dapo / gspo / cispo, none for dr_grpo; ``adv_scale`` is a
 decision-plane option). This is the episode-level GRPO that the decision plane's
 ``advantage="group"`` uses, so the two planes differ in the probability event
-(text vs. action), not in credit assignment. A return is the undiscounted sum of
-env rewards plus shaping: ``invalid_penalty`` per command that did not parse and,
+(text vs. action), not in credit assignment. A return is the discounted sum of
+env rewards, Σ_t gamma^t r_t (``rlid.advantages.episode_return``, as the decision
+plane; ``gamma=1`` for the plain sum), plus undiscounted shaping: ``invalid_penalty`` per command that did not parse and,
 with ``overlong_cache > 0``, DAPO's soft overlong penalty per completion.
 
-DAPO dynamic sampling (``algo="dapo"``): groups whose shaped returns are all
-equal (zero advantage, no gradient) are dropped and new groups (new reset seeds)
+DAPO dynamic sampling (``algo="dapo"``): groups whose task outcomes (env return
+and success, not the shaping) are all equal are dropped and new groups (new reset seeds)
 are played, up to ``max_gen_batches`` generation rounds per iteration, until at
 least ``groups_per_iter`` groups are kept; every kept group is used. Every
 generated completion counts in the budget (``generated_samples`` /
@@ -54,6 +55,7 @@ from baselines.losses import (
     token_policy_loss,
 )
 from baselines.token_policy import Generation, TokenPolicy
+from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.hardware import Precision, Stepper, train_mode_without_dropout
@@ -102,8 +104,10 @@ def round_reset_seeds(
 
 
 def shaped_return(episode: Episode, config: TrainConfig) -> float:
-    """Env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
-    ret = episode.ret + config.invalid_penalty * sum(not g.valid for g in episode.decisions)
+    """Discounted env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
+    ret = episode_return(episode.rewards, config.gamma) + config.invalid_penalty * sum(
+        not g.valid for g in episode.decisions
+    )
     if config.overlong_cache > 0:
         lengths = torch.tensor([g.num_tokens for g in episode.decisions])
         shaping = overlong_penalty(lengths, config.max_new_tokens, config.overlong_cache)
@@ -123,6 +127,19 @@ def group_returns(
         [[shaped_return(e, config) for e in group] for group in grouped], dtype=torch.float32
     ).reshape(len(grouped), config.group_size)
     return grouped, returns
+
+
+def outcomes_vary(grouped: list[list[Episode]]) -> Tensor:
+    """(N,) bool: groups whose task outcomes (env return, success) are not all equal.
+
+    DAPO's dynamic-sampling test. The shaping (``invalid_penalty``, overlong) is left
+    out on purpose: an all-failed group whose episodes differ only in penalties has no
+    task signal, and std-normalising it would turn small length penalties into
+    unit-scale advantages. Shaping enters the advantage of the groups that are kept.
+    """
+    returns = torch.tensor([[e.ret for e in group] for group in grouped], dtype=torch.float64)
+    won = torch.tensor([[float(e.won) for e in group] for group in grouped], dtype=torch.float64)
+    return nonzero_variance_groups(returns) | nonzero_variance_groups(won)
 
 
 def rollout(
@@ -152,8 +169,8 @@ def rollout(
         if not dynamic:
             kept = episodes
             break
-        grouped, returns = group_returns(episodes, config)
-        for group, informative in zip(grouped, nonzero_variance_groups(returns).tolist()):
+        grouped, _ = group_returns(episodes, config)
+        for group, informative in zip(grouped, outcomes_vary(grouped).tolist()):
             if informative:
                 kept += group
             else:

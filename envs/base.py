@@ -8,7 +8,8 @@ the contract of DESIGN.md §3:
   terminated, truncated, info)``; reward = score delta.
 * ``info`` always carries ``legal_actions``, ``afterstates`` (aligned with
   ``legal_actions``; ``None`` when afterstates are disabled), ``objective``,
-  ``score``, ``max_score``, ``won``, ``lost``, ``invalid_action``; at reset also
+  ``score``, ``max_score``, ``won``, ``lost``, ``invalid_action``, ``steps_left``
+  (steps before truncation, for time-aware prompts); at reset also
   ``walkthrough`` (a list of commands, or ``None``) and ``game_seed``.
 * An action string that is not legal is a no-op step with a clear observation
   and ``info["invalid_action"] = True``. A non-``str`` action raises ``TypeError``.
@@ -46,6 +47,7 @@ INFO_KEYS = (
     "won",
     "lost",
     "invalid_action",
+    "steps_left",
 )
 
 
@@ -141,6 +143,7 @@ class TextGameEnv(gymnasium.Env):
             "won": self._won,
             "lost": self._lost,
             "invalid_action": invalid,
+            "steps_left": self.max_episode_steps - self._steps,
         }
         info.update(self._game_extra_info())
         return info

@@ -56,6 +56,11 @@ class Interface:
     """More legal actions than labels: raise, or keep the first K rows and record the rest."""
     max_obs_chars: int = 400
     """Cap on the observation (and objective) text in a prompt; longer text ends in ``"..."``."""
+    steps_left: bool = False
+    """Show the steps left before truncation (``"Steps left: 7"``, from ``info["steps_left"]``)
+    in both planes' prompts, so the policy and value can tell how much time remains
+    (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off by default: runs
+    recorded before the field existed saw no such line."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -65,6 +70,7 @@ class Interface:
             "shuffle",
             "show_legal_to_token_plane",
             "show_afterstates_to_token_plane",
+            "steps_left",
         ):
             value = getattr(self, name)
             if not isinstance(value, bool):

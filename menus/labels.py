@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from menus.tokens import encode_prompt
+
 AUTO_ALPHABET = "A-Za-z0-9"
 DEFAULT_CONTEXT = "Answer:"
 DEFAULT_PREFIX = " "
@@ -94,23 +96,15 @@ def _parse_ranges(spec: str) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` without special tokens.
-
-    Accepts a ``transformers`` tokenizer (``encode(text, add_special_tokens=False)``)
-    or a raw ``tokenizers.Tokenizer`` (whose ``encode`` returns an ``Encoding``).
-    """
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return list(getattr(ids, "ids", ids))
-
-
 def label_token(tokenizer: Any, label: str, context: str, prefix: str) -> tuple[int | None, str]:
     """``(token_id, problem)``: the label's single token id in context, or ``None``
     and why not. The label is valid iff
-    ``encode(context + prefix + label) == encode(context) + [one token]``.
+    ``encode(context + prefix + label) == encode(context) + [one token]``, both encoded
+    as prompts (``menus.tokens.encode_prompt``: with the tokenizer's BOS), so the id is
+    the token the model reads after the context in the text.
     """
-    context_ids = encode(tokenizer, context)
-    full_ids = encode(tokenizer, context + prefix + label)
+    context_ids = encode_prompt(tokenizer, context)
+    full_ids = encode_prompt(tokenizer, context + prefix + label)
     if full_ids[: len(context_ids)] != context_ids:
         return None, f"merges with the end of {context!r} (tokens {full_ids[-4:]})"
     tail = full_ids[len(context_ids) :]

@@ -4,6 +4,7 @@ Plain template (the default model is tiny and the CPU slow, so prompts stay shor
 lines of fields the :class:`~menus.interface.Interface` disables are left out)::
 
     Goal: {objective}
+    Steps left: {steps_left}      (only with Interface.steps_left)
     Memory: {memory}
     Now: {observation}
     Actions:
@@ -21,12 +22,14 @@ teaches both the label and the command.
 
 Chat template (``template="chat"``, or ``"auto"`` with a tokenizer that has one):
 the same body is the user message, rendered with ``add_generation_prompt=True``;
-the label (or command) follows the generation prompt with an empty prefix.
+the label (or command) follows the generation prompt with the prefix the template
+itself writes before an assistant's words (``""`` for ChatML, ``" "`` for Llama-2's
+``"[/INST] A"``), so the label is read as the token the model would emit.
 :func:`label_context` returns the ``(context, prefix)`` the renderer uses, so
 labels are validated exactly where they are read (:func:`label_set_for`).
 
-Prompts are complete text: a chat prompt already holds the template's special
-tokens, so encode it with ``add_special_tokens=False``.
+Prompts are complete text: encode them with ``menus.tokens.encode_prompt`` (the
+text's own tokens, plus the tokenizer's BOS unless a chat template already wrote it).
 """
 
 from __future__ import annotations
@@ -43,17 +46,18 @@ from menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
 
 # --- the strings every plane and the pretraining transcripts share -------------
 GOAL_FIELD = "Goal: "
+STEPS_LEFT_FIELD = "Steps left: "
 MEMORY_FIELD = "Memory: "
 OBSERVATION_FIELD = "Now: "
 ACTIONS_HEADER = "Actions:"
 ANSWER_CUE = "Answer:"
 """The decision prompt ends with this; the label token comes next."""
 LABEL_PREFIX = " "
-"""Text before the label in the plain template (``"Answer: A"``); ``""`` in chat."""
+"""Text before the label in the plain template (``"Answer: A"``); chat: the template's own."""
 COMMAND_CUE = "Command:"
 """The token-plane prompt ends with this; the command text comes next."""
 COMMAND_PREFIX = " "
-"""Text before the command in the plain template (``"Command: go east"``); ``""`` in chat."""
+"""Text before the command in the plain template (``"Command: go east"``); chat: the template's own."""
 COMMAND_END = "\n"
 """A generated command ends at the first newline (or end-of-sequence)."""
 TOKEN_PLANE_BULLET = "- "
@@ -61,6 +65,7 @@ EMPTY_MEMORY = "none yet"
 EMPTY_OBSERVATION = "(nothing)"
 
 _CHAT_PLACEHOLDER = "RLID_PROMPT_BODY_PLACEHOLDER"
+_ANSWER_PLACEHOLDER = "RLID_ANSWER_PLACEHOLDER"
 
 
 # --- templates and reading contexts --------------------------------------------
@@ -94,13 +99,35 @@ def _chat_tail(tokenizer: Any) -> str:
     return text[text.rindex(_CHAT_PLACEHOLDER) + len(_CHAT_PLACEHOLDER) :]
 
 
+def _assistant_prefix(tokenizer: Any) -> str:
+    """What the chat template writes between its generation prompt and the assistant's
+    words: ``" "`` for Llama-2 style (``"[/INST] A"``), ``""`` for ChatML.
+
+    Found by rendering a user turn followed by an assistant turn; ``""`` when the
+    template cannot render one or the rendering does not extend the generation prompt.
+    """
+    turns = [
+        {"role": "user", "content": _CHAT_PLACEHOLDER},
+        {"role": "assistant", "content": _ANSWER_PLACEHOLDER},
+    ]
+    try:
+        full = tokenizer.apply_chat_template(turns, tokenize=False)
+    except Exception:  # jinja raises its own errors for templates without assistant turns
+        return ""
+    prompt = _chat(tokenizer, _CHAT_PLACEHOLDER)
+    if not isinstance(full, str) or not full.startswith(prompt):
+        return ""
+    answer = full.find(_ANSWER_PLACEHOLDER, len(prompt))
+    return full[len(prompt) : answer] if answer >= 0 else ""
+
+
 def _reading_context(
     interface: Interface, tokenizer: Any, cue: str, prefix: str
 ) -> tuple[str, str]:
     if resolve_template(interface, tokenizer) == "chat":
         tail = _chat_tail(tokenizer)
         if tail:
-            return tail, ""
+            return tail, _assistant_prefix(tokenizer)
     return cue, prefix
 
 
@@ -168,6 +195,13 @@ def _fields(
                 "pass the env's info dict or set objective=False"
             )
         lines.append(GOAL_FIELD + shorten(str(info["objective"]), interface.max_obs_chars))
+    if interface.steps_left:
+        if "steps_left" not in info:
+            raise KeyError(
+                "info has no 'steps_left' but Interface.steps_left=True; "
+                "pass the env's info dict or set steps_left=False"
+            )
+        lines.append(STEPS_LEFT_FIELD + str(int(info["steps_left"])))
     if interface.memory != "none":
         # None and "" both mean "nothing remembered yet" (e.g. the first step).
         lines.append(MEMORY_FIELD + (one_line(memory_text or "") or EMPTY_MEMORY))

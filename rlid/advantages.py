@@ -112,6 +112,21 @@ def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     return returns
 
 
+def episode_return(rewards: Sequence[float], gamma: float) -> float:
+    """G_0 = Σ_t γ^t r_t of one episode: the return that group advantages compare.
+
+    With γ < 1 two successes of different lengths get different returns, so the group
+    advantage favours the shorter solution (and an all-success group still carries
+    signal); γ = 1 is the plain undiscounted sum that single-turn GRPO uses.
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+    total = 0.0
+    for r in reversed(rewards):
+        total = float(r) + gamma * total
+    return total
+
+
 def _as_group_index(group_ids: Tensor | Sequence[Hashable]) -> Tensor:
     if isinstance(group_ids, Tensor):
         if group_ids.dim() != 1 or group_ids.is_floating_point():

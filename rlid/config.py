@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import math
 import re
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +128,9 @@ class TrainConfig:
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
     )
     adv_scale: AdvantageScale = _f("std", "group advantages divided by the group std (std) or not")
-    gamma: float = _f(0.99, "discount (GAE; also the return of group advantages)")
+    gamma: float = _f(
+        0.99, "discount: GAE, and the return sum_t gamma^t r_t of group advantages (both planes)"
+    )
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
     lora_rank: int = _f(0, "LoRA rank via peft (0: train all parameters; needs '.[lora]')")
@@ -171,13 +176,9 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        hints = _type_hints(TrainConfig)
         for name, f in self.__dataclass_fields__.items():
-            value = getattr(self, name)
-            hint = typing.get_type_hints(TrainConfig)[name]
-            if typing.get_origin(hint) is Literal and value not in get_args(hint):
-                valid = ", ".join(repr(v) for v in get_args(hint))
-                raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
-            del f
+            check_field_value(name, hints[name], getattr(self, name), f.default)
         positive = ("steps", "groups_per_iter", "group_size", "epochs", "minibatch_size")
         for name in positive + ("max_new_tokens", "max_gen_batches", "keep_checkpoints"):
             if getattr(self, name) < 1:
@@ -285,6 +286,55 @@ _UNRECORDED_AT_DEFAULT: dict[str, Any] = {
 }
 
 
+# -------------------------------------------------------------------------- validation
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _flag_hint(name: str) -> str:
+    return f"config key {name!r} (flag {_flag(name)})"
+
+
+def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` fits the type hint ``hint``.
+
+    Generic over dataclass fields: ``int`` refuses 2.5 and True, ``float`` refuses
+    "fast" and non-finite numbers (NaN / inf), ``Literal`` lists the valid values,
+    ``X | None`` allows None. Other types are left to the field's own checks.
+    """
+    origin = typing.get_origin(hint)
+    example = "" if default in (None, dataclasses.MISSING) else f", e.g. {name} = {default!r}"
+    if origin is Literal:
+        if value not in get_args(hint):
+            valid = ", ".join(repr(v) for v in get_args(hint))
+            raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
+        return
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in get_args(hint):
+            return
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            check_field_value(name, inner[0], value, default)
+        return
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{_flag_hint(name)} must be true or false, got {value!r}")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{_flag_hint(name)} must be a whole number, got {value!r}{example}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{_flag_hint(name)} must be a number, got {value!r}{example}")
+        if not math.isfinite(value):
+            raise ValueError(f"{_flag_hint(name)} must be a finite number, got {value!r}{example}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{_flag_hint(name)} must be a string, got {value!r}{example}")
+    elif (origin is dict or hint is dict) and not isinstance(value, dict):
+        raise ValueError(f"{_flag_hint(name)} must be a table, got {value!r}")
+
+
 # ----------------------------------------------------------------------------- CLI glue
 _SKIP_FLAGS = {"interface", "env_options"}
 
@@ -297,7 +347,7 @@ def _arg_type(hint: Any) -> tuple[Any, tuple[Any, ...] | None]:
     origin = typing.get_origin(hint)
     if origin is Literal:
         return str, get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         inner = [a for a in get_args(hint) if a is not type(None)]
         return _arg_type(inner[0])
     if hint is bool:
@@ -359,8 +409,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
-    """TOML file (if any) < flags < ``fixed``; validated."""
+def given_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The config values given explicitly: TOML file (if any) < flags.
+
+    ``interface`` (a dict of the Interface fields given) and ``env_options`` appear
+    only when something was given for them; everything else keeps its default.
+    """
     from envs.registry import parse_option_strings
 
     data: dict[str, Any] = {}
@@ -383,8 +437,18 @@ def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
         if value is not None:
             interface[f.name] = value
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
+    if interface:
+        data["interface"] = interface
+    if env_options:
+        data["env_options"] = env_options
+    return data
+
+
+def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
+    """TOML file (if any) < flags < ``fixed``; validated."""
+    data = given_values(args)
+    interface = data.pop("interface", {})
     data.update(fixed)
-    data["env_options"] = env_options
-    base = Interface()
-    data["interface"] = Interface.from_dict({**base.to_dict(), **interface})
+    data["env_options"] = data.get("env_options", {})
+    data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})
     return TrainConfig.from_dict(data)

@@ -86,12 +86,13 @@ def run_training(
 ) -> RunLog:
     """Train ``config`` into the run directory ``out`` with its plane's trainer.
 
-    With ``resume=True`` the config is read from ``out`` (``config`` is ignored).
+    With ``resume=True`` the config is read from ``out`` (``config`` is ignored;
+    change what may change with :func:`rlid.runs.log.apply_resume_changes` first).
     """
     if resume:
-        from rlid.runs.log import RunLog
+        from rlid.runs.log import read_run_config
 
-        config = RunLog.open(out, None, resume=True).config
+        config = read_run_config(out)[0]
     if config is None:
         raise ValueError("a config is required to start a new run")
     return get_plane(config.plane).train(config, out, resume=resume, progress=progress)

@@ -27,6 +27,7 @@ import torch
 
 from menus import Interface, LabelSet, Menu, menu_for_step
 from menus.prompt import label_context, render_decision_prompt
+from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
 from rlid.protocols import CausalLM
 from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
@@ -151,7 +152,7 @@ class DecisionPolicy:
                 render_decision_prompt(o, i, menu, self.interface, self.tokenizer, memory_text=m)
                 for o, i, menu, m in zip(observations, infos, menus, memory_texts)
             ]
-            prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+            prompt_ids = [encode_prompt(self.tokenizer, p) for p in prompts]
             label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
         with self.timers.time("forward"), torch.no_grad():
             parts = [

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from menus.tokens import encode_prompt
 from rlid.protocols import CausalLM
 
 
@@ -75,7 +76,8 @@ def left_pad_ids(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
 def tokenize_prompts(
     tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokenize prompts exactly as given (no special tokens) and left-pad them.
+    """Tokenize prompts as complete text (``menus.tokens.encode_prompt``: the text's
+    own tokens after the tokenizer's BOS, if it uses one) and left-pad them.
 
     Returns input_ids (B, T) and attention_mask (B, T). The pad id is the
     tokenizer's pad token (else its eos, else 0); it is masked out either way.
@@ -87,7 +89,7 @@ def tokenize_prompts(
             raise TypeError(f"prompt {b} is {type(prompt).__name__}, not str")
         if not prompt:
             raise ValueError(f"prompt {b} is empty; the label is read after a non-empty prompt")
-    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    encoded = [encode_prompt(tokenizer, prompt) for prompt in prompts]
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0

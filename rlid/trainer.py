@@ -10,7 +10,9 @@ update -> logging/checkpoint. Departures from textbook PPO, and why:
   from generators seeded by ``(seed, i)``, so a resumed run replays exactly.
 * ``advantage="group"`` is critic-free: episodes of the same game and seed form a
   group and every decision of an episode gets (return - group mean) [/ std], the
-  episode-level counterpart of GRPO. ``advantage="gae"`` uses a value head on the
+  episode-level counterpart of GRPO. The return is discounted, Σ_t gamma^t r_t (the
+  token plane uses the same one), so among successes the shorter one is preferred;
+  ``gamma=1`` gives the undiscounted sum. ``advantage="gae"`` uses a value head on the
   last hidden state and GAE(gamma, lambda); a truncated episode is bootstrapped with
   0 (its final state was never scored), which slightly under-values long episodes.
 """
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
-from rlid.advantages import gae, group_relative_advantages, next_values_from
+from rlid.advantages import episode_return, gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.env_workers import WorkerEnvs
@@ -121,12 +123,14 @@ def compute_advantages(
     """Flatten episodes into decisions with advantages (N,) and value targets (N,)."""
     decisions = [d for e in episodes for d in e.decisions]
     if config.advantage == "group":
-        returns = torch.tensor([e.ret for e in episodes], dtype=torch.float32)
+        returns = torch.tensor(
+            [episode_return(e.rewards, config.gamma) for e in episodes], dtype=torch.float32
+        )
         group_ids = torch.tensor([e.group for e in episodes])
         adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
-        targets = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
-        return decisions, adv, targets
+        returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
+        return decisions, adv, returns_per_step
     advs: list[torch.Tensor] = []
     value_targets: list[torch.Tensor] = []
     for e in episodes:

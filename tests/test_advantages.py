@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -187,3 +189,36 @@ def test_group_relative_errors():
         group_relative_advantages(torch.zeros(2), [0, 0, 1])
     with pytest.raises(ValueError, match="integer"):
         group_relative_advantages(torch.zeros(2), torch.zeros(2))
+
+
+# --------------------------------------------------------------------------- discounted group return
+def test_group_advantages_compare_discounted_returns_in_both_planes():
+    from baselines.token_trainer import token_advantages
+    from rlid.advantages import episode_return
+    from rlid.config import TrainConfig
+    from rlid.rollout import Episode
+    from rlid.trainer import compute_advantages
+
+    assert episode_return([0.0, 0.0, 1.0], 0.5) == pytest.approx(0.25)
+    assert episode_return([1.0, 0.0, 1.0], 1.0) == pytest.approx(2.0)
+
+    def success(steps):
+        e = Episode(group=0, reset_seed=0, decisions=[SimpleNamespace(valid=True)] * steps)
+        e.rewards = [0.0] * (steps - 1) + [1.0]
+        return e
+
+    # two successes in one group, in 1 and 3 steps: returns 1 and 0.25 at gamma 0.5,
+    # mean 0.625, so the short one gets +0.375 and the long one -0.375 on each step
+    episodes = [success(1), success(3)]
+    config = TrainConfig(gamma=0.5, group_size=2, adv_scale="none", algo="dr_grpo")
+    _, adv, targets = compute_advantages(episodes, config)
+    torch.testing.assert_close(adv, torch.tensor([0.375, -0.375, -0.375, -0.375]))
+    torch.testing.assert_close(targets, torch.tensor([1.0, 0.25, 0.25, 0.25]))
+    token_config = TrainConfig(
+        plane="token", gamma=0.5, group_size=2, algo="dr_grpo", invalid_penalty=0.0
+    )
+    _, token_adv = token_advantages(episodes, token_config)
+    torch.testing.assert_close(token_adv, adv)
+    # gamma = 1: equal successes, no preference
+    _, adv, _ = compute_advantages(episodes, TrainConfig(gamma=1.0, group_size=2))
+    torch.testing.assert_close(adv, torch.zeros(4))

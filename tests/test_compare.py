@@ -136,6 +136,49 @@ def test_shipped_example_config_is_valid():
     assert {("decision", "ppo"), ("scoring", "ppo"), ("token", "grpo"), ("token", "dapo")} <= algos
 
 
+def test_references_default_to_the_random_floor_and_are_checked():
+    assert parse_compare_config(tiny_comparison()).references == ("random",)
+    both = parse_compare_config(tiny_comparison(references=["random", "walkthrough"]))
+    assert both.references == ("random", "walkthrough")
+    with pytest.raises(CompareConfigError, match=r"references: unknown \['oracle'\]"):
+        parse_compare_config(tiny_comparison(references=["oracle"]))
+
+
+@pytest.mark.parametrize("keys", [1, 2])
+def test_reference_arms_on_keydoor_random_below_walkthrough_at_the_optimum(keys):
+    from menus import Interface
+    from rlid.compare.reference import evaluate_reference
+
+    options = {"size": 3, "keys": keys, "distractors": 1, "max_episode_steps": 30}
+    run = dict(episodes=24, seed=0, interface=Interface(memory="none"))
+    ceiling = evaluate_reference("walkthrough", "keydoor", options, **run)
+    floor = evaluate_reference("random", "keydoor", options, **run)
+    assert ceiling["success"] == 1.0 and ceiling["invalid_rate"] == 0.0
+    assert ceiling["return"] == 2 * keys + 1  # keydoor's documented optimal return
+    assert floor["return"] < ceiling["return"] and floor["success"] < 1.0
+    assert floor["episode_length"] > ceiling["episode_length"]
+    # a walkthrough longer than the step limit is cut by truncation, not an error
+    short = evaluate_reference("walkthrough", "keydoor", {**options, "max_episode_steps": 2}, **run)
+    assert short["episode_length"] <= 2 and short["success"] < 1.0
+
+
+def test_shipped_suite_covers_every_challenge_with_one_recipe():
+    from rlid.compare.parse import load_compare_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "suite.toml"
+    compare = load_compare_config(example)
+    ids = [e.env_id for e in compare.envs]
+    for env_id in ("keydoor", "crafting", "tw-simple", "tw-coin_collector",
+                   "tw-treasure_hunter", "tw-cooking"):  # fmt: skip
+        assert ids.count(env_id) == 2, env_id  # two sizes / levels each
+    assert len(compare.seeds) >= 3 and compare.references == ("random", "walkthrough")
+    assert {(a.plane, a.algorithm) for a in compare.arms} == {
+        ("decision", "ppo"),
+        ("scoring", "ppo"),
+    }
+    assert all(not a.options or set(a.options) == {"norm"} for a in compare.arms)
+
+
 # ------------------------------------------------------------------------- end to end
 def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path):
     # forward passes as the currency: the arms spend them at very different rates
@@ -149,6 +192,7 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     data = tiny_comparison(
         arms=arms,
         interface_differences=["show_legal_to_token_plane"],
+        references=["random", "walkthrough"],
         budget={"currency": "forward_passes", "amount": 20},
         envs=[{"id": "keydoor", "options": dict(TINY_ENV), "heldout": {"max_episode_steps": 6}}],
     )
@@ -175,6 +219,12 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     assert (tmp_path / "plots" / "heldout-keydoor.png").exists()
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["comparison"]["budget"] == {"currency": "forward_passes", "amount": 20}
+    # floor and ceiling: untrained reference arms, on the same held-out games
+    refs = results["envs"]["keydoor"]["references"]
+    assert refs["walkthrough"]["heldout"]["success"]["mean"] == 1.0
+    assert refs["walkthrough"]["heldout"]["return"]["mean"] == 1.0  # 2 * keys + 1, keys = 0
+    suite = report.split("## Held-out success: floor / before / after / ceiling")[1]
+    assert "| keydoor | decision | " in suite and "| 1.00 [1.00, 1.00] |" in suite
 
 
 def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch):

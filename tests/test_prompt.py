@@ -206,3 +206,29 @@ def test_menu_for_step_follows_the_interface():
     menu = menu_for_step(INFO, still, "A-Z", "mem")
     assert menu.actions == tuple(INFO["legal_actions"])
     assert menu.memory is None and not menu.has_afterstates
+
+
+def test_steps_left_is_shown_to_both_planes_only_when_asked(plain_tok):
+    import envs
+
+    env = envs.make("keydoor", size=3, keys=0, distractors=0, max_episode_steps=5)
+    obs, info = env.reset(seed=0)
+    assert info["steps_left"] == 5
+    obs, _, _, _, info = env.step("look")
+    assert info["steps_left"] == 4
+    timed = Interface(steps_left=True, memory="none")
+    menu = menu_for_step(info, timed, "A-Z", rng=np.random.default_rng(0))
+    decision = render_decision_prompt(obs, info, menu, timed, plain_tok)
+    token = render_token_prompt(obs, info, timed, plain_tok)
+    for prompt in (decision, token):
+        lines = prompt.split("\n")
+        assert lines[0].startswith("Goal: ") and lines[1] == "Steps left: 4"
+    # off by default: the prompts recorded runs saw are unchanged
+    untimed = Interface(memory="none")
+    assert "Steps left" not in render_decision_prompt(obs, info, menu, untimed, plain_tok)
+    assert "Steps left" not in render_token_prompt(obs, info, untimed, plain_tok)
+    # recorded in the interface like every other field
+    assert timed.to_dict()["steps_left"] is True
+    assert Interface().diff(timed) == {"memory": ("last_k", "none"), "steps_left": (False, True)}
+    with pytest.raises(KeyError, match="steps_left"):
+        render_token_prompt(OBS, INFO, timed, plain_tok)

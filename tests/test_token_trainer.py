@@ -92,13 +92,14 @@ def _episode(group, reward, generations):
 def test_shaped_return_adds_invalid_and_overlong_penalties():
     config = _config("tiny", max_new_tokens=4, overlong_cache=2, invalid_penalty=-0.25)
     e = _episode(0, 1.0, [_generation(valid=False, tokens=2), _generation(tokens=3)])
-    # 1 - 0.25 (one unparsed) + 0 (2 <= 4 - 2) - 0.5 (3 tokens: (2 - 3) / 2)
-    assert shaped_return(e, config) == pytest.approx(0.25)
+    # 0.99 (reward 1 at step 2, discounted once) - 0.25 (one unparsed)
+    # + 0 (2 <= 4 - 2) - 0.5 (3 tokens: (2 - 3) / 2)
+    assert shaped_return(e, config) == pytest.approx(0.24)
 
 
 @pytest.mark.parametrize("algo,scale", [("grpo", True), ("dr_grpo", False)])
 def test_every_token_of_an_episode_gets_its_group_advantage(algo, scale):
-    config = _config("tiny", algo=algo, group_size=2, invalid_penalty=0.0)
+    config = _config("tiny", algo=algo, group_size=2, invalid_penalty=0.0, gamma=1.0)
     episodes = [
         _episode(0, 1.0, [_generation(), _generation()]),
         _episode(0, 0.0, [_generation()]),
@@ -154,6 +155,29 @@ def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
         g.num_tokens for e in result.generated for g in e.decisions
     )
     assert len({e.group for e in result.generated}) == result.rounds * config.groups_per_iter
+
+
+def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
+    # group 0: all failed, but one episode wrote an unparsed command (shaped 0 vs -0.5);
+    # group 1: one success. Only group 1 carries task signal.
+    def fake_collect(env_list, policy, seeds, groups, **kwargs):
+        failed = [_episode(0, 0.0, [_generation()]) for _ in range(3)]
+        failed.append(_episode(0, 0.0, [_generation(valid=False)]))
+        mixed = [_episode(1, 0.0, [_generation()]) for _ in range(3)]
+        mixed.append(_episode(1, 1.0, [_generation()]))
+        mixed[-1].won = True
+        return failed + mixed
+
+    monkeypatch.setattr("baselines.token_trainer.collect_episodes", fake_collect)
+    config = _config("tiny", algo="dapo", invalid_penalty=-0.5, max_gen_batches=1)
+    budget = Budget()
+    rng, gen = iteration_rngs(config.seed, 1)
+    result = rollout(None, [], config, 1, rng=rng, generator=gen, budget=budget, timers=Timers())
+    assert [e.group for e in result.kept] == [1, 1, 1, 1]
+    assert budget.filtered_samples == 4
+    # the shaping still reaches the advantage of a kept group
+    _, advantages = token_advantages(result.kept, config)
+    assert advantages[-1] > 0 > advantages[0]
 
 
 def test_dapo_run_reports_generated_kept_and_filtered(commanding_model, tmp_path):

@@ -64,11 +64,13 @@ def run_audit(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         report = audit(model, tokenizer, config, wordings)
         report["seconds"] = time.perf_counter() - start
-        if args.plot:
-            write_plot(report, Path(args.plot))
     except (ValueError, FileNotFoundError, KeyError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"rlid audit: error: {msg}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    # The result first: a plot path that cannot be written must not lose the audit
+    # (the write error then reaches the CLI's one-line error handler).
+    print(json.dumps(report, indent=2) if args.json else format_report(report), flush=True)
+    if args.plot:
+        write_plot(report, Path(args.plot))
     return 0

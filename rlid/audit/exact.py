@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 from menus.prompt import COMMAND_PREFIX, command_completion
+from menus.tokens import continuation_ids as in_text_ids
+from menus.tokens import encode, encode_prompt
 
 
 @dataclass(frozen=True)
@@ -150,16 +152,21 @@ def select_parameters(
     return chosen
 
 
-def continuation_ids(tokenizer, wordings: Sequence[str], prefix: str) -> list[list[int]]:
+def continuation_ids(
+    tokenizer, wordings: Sequence[str], prefix: str, prompt: str = ""
+) -> list[list[int]]:
     """Token ids of what the token plane writes for each wording, ``prefix + y + "\\n"``
-    (``menus.command_completion``); rejects collisions.
+    (``menus.command_completion``), as they appear after ``prompt`` in the text
+    (``menus.tokens.continuation_ids``); rejects collisions.
 
     Two wordings with the same ids are one event of the text policy, so counting both
     would double their probability.
     """
-    ids = [
-        tokenizer.encode(command_completion(w, prefix), add_special_tokens=False) for w in wordings
-    ]
+    texts = [command_completion(w, prefix) for w in wordings]
+    if prompt:
+        ids = in_text_ids(tokenizer, prompt, texts)[1]
+    else:
+        ids = [encode(tokenizer, text) for text in texts]
     seen: dict[tuple[int, ...], str] = {}
     for wording, seq in zip(wordings, ids):
         if not seq:
@@ -187,16 +194,17 @@ def text_scores(
 
     ``model`` must already be float64 (:func:`float64_copy`); ``params`` are globs over
     ``model.named_parameters()`` selecting the gradient coordinates; ``prompt`` is
-    encoded without special tokens (it is complete text, as ``menus.prompt`` renders
-    it) and ``prefix`` is the text before the command (``menus.command_context``).
+    encoded as a complete prompt (``menus.tokens.encode_prompt``, as ``menus.prompt`` renders
+    it, with the tokenizer's BOS) and ``prefix`` is the text before the command
+    (``menus.command_context``); continuations are tokenised in the text.
     """
     dtype = next(model.parameters()).dtype
     if dtype != torch.float64:
         raise ValueError(f"the audit needs a float64 model, got {dtype}: cast a copy first")
     selected = [p for _, p in select_parameters(model, params)]
     device = selected[0].device
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    conts = continuation_ids(tokenizer, wording_set.flat_wordings, prefix)
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    conts = continuation_ids(tokenizer, wording_set.flat_wordings, prefix, prompt)
     n_prompt, width = len(prompt_ids), max(len(c) for c in conts)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((len(conts), n_prompt + width), pad_id, dtype=torch.long)

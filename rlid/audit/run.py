@@ -128,6 +128,10 @@ class AuditConfig:
             raise ValueError(f"--mc-sizes must be integers >= 2, got {list(self.mc_sizes)}")
         if self.n_boot < 10:
             raise ValueError(f"--n-boot must be >= 10, got {self.n_boot}")
+        for name in ("wording_bonus", "noise_sigma"):
+            if not math.isfinite(getattr(self, name)):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be a finite number, got {getattr(self, name)}")
         if self.wording_bonus == 0:
             raise ValueError(
                 "--wording-bonus 0 makes control 1 the plain audit; give a non-zero one"
@@ -183,11 +187,43 @@ def parse_advantages(pairs: tuple[str, ...], actions: tuple[str, ...]) -> dict[s
     return parsed
 
 
+# Limits on user text: the audit enumerates every wording exactly through a float64
+# copy of the model, so memory grows with (wordings x tokens); one 100,000-character
+# wording was enough to exhaust 24 GB. These are far above any real action text.
+MAX_TEXT_CHARS = {"wording": 300, "action": 300, "goal": 4000, "observation": 4000}
+MAX_WORDINGS = 2000
+
+
+def check_text_limits(
+    config: AuditConfig, wordings: dict[str, tuple[str, ...]] | None = None
+) -> None:
+    """Refuse user text beyond :data:`MAX_TEXT_CHARS` / :data:`MAX_WORDINGS`, naming the limit."""
+    texts = [("goal", config.goal or ""), ("observation", config.observation or "")]
+    texts += [("action", a) for a in config.actions]
+    if wordings:
+        texts += [("action", a) for a in wordings]
+        texts += [("wording", w) for listed in wordings.values() for w in listed]
+        count = sum(len(listed) for listed in wordings.values())
+        if count > MAX_WORDINGS:
+            raise ValueError(
+                f"{count} wordings given; the audit enumerates at most {MAX_WORDINGS} "
+                "(use fewer wordings per action)"
+            )
+    for kind, text in texts:
+        limit = MAX_TEXT_CHARS[kind]
+        if len(text) > limit:
+            raise ValueError(
+                f"a{'n' if kind[0] in 'aeiou' else ''} {kind} of {len(text):,} characters "
+                f"({text[:40]!r}...) is over the limit of {limit:,} characters; shorten it"
+            )
+
+
 def resolve_problem(
     config: AuditConfig, wordings: dict[str, tuple[str, ...]] | None = None
 ) -> tuple[AuditState, WordingSet]:
     """The state shown to the model and the wording set to enumerate, from ``config``
     (``wordings`` is the already-loaded ``--wordings`` file, if any)."""
+    check_text_limits(config, wordings)
     base = BUILTIN_STATES[config.state]
     if wordings:
         actions, listed = tuple(wordings), tuple(wordings.values())

@@ -43,12 +43,24 @@ def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import envs as envs_pkg
     from envs.registry import parse_option_strings
     from rlid.models import tiny_cache_dir
     from rlid.pretrain import PretrainConfig, pretrain
+    from rlid.runs.dir import is_empty_dir
     from rlid.trainer import train
 
     t0 = time.perf_counter()
+    # Everything the user gave is checked before the (long, first-time) warm start.
+    options: dict[str, Any] = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
+    options.update(parse_option_strings(args.env_option))
+    envs_pkg.get_spec(args.env).resolve(options)
+    config = demo_config(args.env, options, args.steps, args.seed, args.threads)
+    out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
+    if not is_empty_dir(out):
+        raise ValueError(f"--out {out} already holds files; choose another --out")
     if not (tiny_cache_dir() / "pretrain.json").exists():
         print("[1/3] warm start: pretraining the tiny model on random-play transcripts ...")
         info = pretrain(PretrainConfig(threads=args.threads), progress=not args.quiet)
@@ -57,10 +69,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     else:
         print(f"[1/3] warm start: using the cached tiny model ({tiny_cache_dir()})")
-    options: dict[str, Any] = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
-    options.update(parse_option_strings(args.env_option))
-    out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    config = demo_config(args.env, options, args.steps, args.seed, args.threads)
     print(f"[2/3] decision-level PPO on {args.env} {options} for {args.steps} env steps -> {out}")
     log = train(config, out, progress=not args.quiet)
     evals = __import__("json").loads((Path(log.path) / "eval.json").read_text())

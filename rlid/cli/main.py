@@ -16,6 +16,7 @@ textworld) happen inside the subcommand that needs them, so ``rlid --help`` and
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -73,17 +74,35 @@ def _add_play(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_play)
 
 
-# Subcommands that live in their own modules register through these hooks.
-_EXTERNAL: list[tuple[str, str]] = [
-    ("rlid.cli.pretrain", "add_pretrain_parser"),
-    ("rlid.cli.train", "add_train_parsers"),
-    ("rlid.audit.cli", "add_audit_parser"),
-    ("rlid.compare.cli", "add_compare_parser"),
-    ("rlid.cli.demo", "add_demo_parser"),
-]
+# Subcommands that live in their own modules register through these hooks. Only the
+# module of the command being run is imported (they import torch / transformers);
+# the others appear in ``rlid --help`` by name and help line alone, so ``rlid --help``
+# and ``rlid envs`` start in a fraction of a second (benchmarks/cli_startup.py).
+_EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
+    ("rlid.cli.pretrain", "add_pretrain_parser",
+     {"pretrain": "warm-start the tiny model on random-play transcripts (cached)"}),
+    ("rlid.cli.train", "add_train_parsers", {
+        "train": "train an agent (decision-plane PPO, scoring-plane PPO, or token-plane "
+                 "GRPO family)",
+        "eval": "evaluate a trained run on held-out (or train) games",
+    }),
+    ("rlid.audit.cli", "add_audit_parser",
+     {"audit": "check the marginalization variance identity exactly, with negative controls"}),
+    ("rlid.compare.cli", "add_compare_parser",
+     {"compare": "compare arms (planes x algorithms) over seeds under one shared budget"}),
+    ("rlid.cli.demo", "add_demo_parser",
+     {"demo": "the main job: warm start, decision PPO, held-out table"}),
+]  # fmt: skip
+
+ALL = "*"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
+    """The ``rlid`` parser; ``command`` names the one subcommand built in full.
+
+    ``ALL`` (the default) builds every subcommand in full; ``None`` builds only the
+    light ones (``envs``, ``play``) in full and the others as name + help stubs.
+    """
     parser = argparse.ArgumentParser(
         prog="rlid",
         description=(
@@ -94,12 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run `rlid COMMAND --help` for the options of a command.",
     )
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="show the full traceback of an error (also: RLID_DEBUG=1)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_envs(sub)
     _add_play(sub)
     import importlib
 
-    for module_name, hook in _EXTERNAL:
+    for module_name, hook, commands in _EXTERNAL:
+        if command != ALL and command not in commands:
+            for name, help_line in commands.items():
+                sub.add_parser(name, help=help_line, add_help=False)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
@@ -111,28 +138,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first non-option word), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+# --------------------------------------------------------------------- error handling
+_OS_HINTS = {
+    errno.EACCES: "check its permissions or choose another path",
+    errno.EPERM: "check its permissions or choose another path",
+    errno.EROFS: "the filesystem is read-only: choose a writable path",
+    errno.ENOSPC: "the disk is full: free some space and resume the run with --resume",
+    errno.EDQUOT: "the disk quota is exceeded: free some space",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
+    errno.EISDIR: "it is a directory: give a file path",
+    errno.ENAMETOOLONG: "the path is too long",
+}
+
+
+def error_message(err: BaseException) -> str | None:
+    """One line for an error caused by input or environment; None for a bug."""
+    from rlid.runs.lock import RunLockedError
+
+    if isinstance(err, UserError | RunLockedError):
+        return str(err)
+    if isinstance(err, KeyError):
+        return str(err.args[0] if err.args else err)
+    if isinstance(err, OSError) and not isinstance(err, BrokenPipeError):
+        if err.errno is None or err.strerror is None:  # raised with a message of its own
+            return str(err)
+        where = err.filename if err.filename is not None else ""
+        hint = _OS_HINTS.get(err.errno, "")
+        if err.errno == errno.EEXIST and where and os.path.isfile(where):
+            hint = "it is a file where a directory is needed: choose another path"
+        line = f"{err.strerror}: {where}" if where else err.strerror
+        return f"{line} ({hint})" if hint else line
+    if isinstance(err, ValueError | TypeError | FileNotFoundError):
+        return str(err)
+    if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
+        return f"a .safetensors file is corrupt or truncated: {err}"
+    return None
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe (``rlid envs -v | head``): no second error at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    debug = args.debug or bool(os.environ.get("RLID_DEBUG"))
     try:
-        return int(args.func(args) or 0)
-    except UserError as err:
-        print(f"rlid {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
-        # Library functions validate user input and raise these with a clear message;
-        # RLID_DEBUG=1 shows the full traceback instead.
-        if os.environ.get("RLID_DEBUG"):
-            raise
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"rlid {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141  # as if killed by SIGPIPE, like other command-line tools
+    except Exception as err:
+        if debug:
+            raise
+        message = error_message(err)
+        if message is None:
+            print(
+                f"rlid {args.command}: internal error: {type(err).__name__}: {err} "
+                "(run `rlid --debug ...` for the traceback, and please report it)",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"rlid {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,19 +5,49 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rlid.config import (
     add_config_arguments,
     add_env_option_argument,
     config_from_args,
+    given_values,
 )
 from rlid.planes import run_training
 
 
+def resume_changes(run_dir: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """Values given with ``--resume``, as whole TrainConfig fields of the saved run."""
+    from menus import Interface
+    from rlid.runs.log import read_run_config
+
+    saved, _ = read_run_config(run_dir)
+    changes = dict(given)
+    if "interface" in changes:
+        changes["interface"] = Interface.from_dict(
+            {**saved.interface.to_dict(), **changes["interface"]}
+        )
+    if "env_options" in changes:
+        options = {**saved.env_options, **changes["env_options"]}
+        if options != saved.env_options:  # --env-option values are strings: compare resolved
+            import envs as envs_pkg
+
+            spec = envs_pkg.get_spec(saved.env)
+            if spec.resolve(options) == spec.resolve(saved.env_options):
+                options = saved.env_options
+        changes["env_options"] = options
+    return changes
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume is not None:
+        from rlid.runs.log import apply_resume_changes
+
         if args.out is not None and Path(args.out) != Path(args.resume):
             raise ValueError("--resume DIR continues DIR; do not also give a different --out")
+        given = given_values(args)
+        if given:  # applied where safe (e.g. a larger --steps), refused otherwise
+            apply_resume_changes(Path(args.resume), resume_changes(Path(args.resume), given))
         log = run_training(None, Path(args.resume), resume=True, progress=not args.quiet)
     else:
         if args.out is None:

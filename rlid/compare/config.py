@@ -8,6 +8,7 @@ Example (the shipped ``examples/compare_small.toml`` is a complete one)::
     seeds = [0, 1, 2]                 # or a count: seeds = 3 -> 0, 1, 2
     heldout_episodes = 16             # greedy held-out episodes per run, before and after
     interface_differences = []        # Interface fields arms may change (declared, reported first)
+    references = ["random", "walkthrough"]  # floor / ceiling arms, no model (default: random)
 
     [budget]                          # ONE currency, the same amount for every arm
     currency = "env_steps"            # any rlid.budget counter; wall_time is in seconds
@@ -121,6 +122,7 @@ class CompareConfig:
     defaults: dict[str, Any]  # TrainConfig values every arm starts from
     envs: tuple[CompareEnv, ...]  # environments; each is trained and evaluated separately
     arms: tuple[Arm, ...]  # in the order of the TOML file
+    references: tuple[str, ...] = ("random",)  # untrained reference arms (rlid.compare.reference)
 
     def interface_diffs(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """``{arm: {field: (shared value, arm value)}}`` for arms whose interface differs."""
@@ -156,6 +158,7 @@ class CompareConfig:
             "name": self.name,
             "seeds": list(self.seeds),
             "heldout_episodes": self.heldout_episodes,
+            "references": list(self.references),
             "budget": {"currency": self.currency, "amount": self.amount},
             "interface": self.interface.to_dict(),
             "interface_differences": list(self.interface_differences),

@@ -33,6 +33,7 @@ TOP_KEYS = (
     "seeds",
     "heldout_episodes",
     "interface_differences",
+    "references",
     "budget",
     "interface",
     "defaults",
@@ -76,10 +77,11 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
     defaults = _train_overrides(data.get("defaults", {}), "defaults")
     envs = _envs(data["envs"])
     arms = _arms(data["arms"], interface)
+    references = _references(data.get("references", ["random"]))
     compare = CompareConfig(
         name=name, seeds=seeds, heldout_episodes=episodes, currency=currency, amount=amount,
         interface=interface, interface_differences=declared, defaults=defaults,
-        envs=envs, arms=arms,
+        envs=envs, arms=arms, references=references,
     )  # fmt: skip
     _check_interfaces(compare)
     _check_currency(compare)
@@ -90,6 +92,19 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
             except (ValueError, TypeError) as err:
                 raise CompareConfigError(f"arms.{arm.name} (env {env.name}): {err}") from None
     return compare
+
+
+def _references(value: Any) -> tuple[str, ...]:
+    from rlid.compare.reference import REFERENCES
+
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CompareConfigError(f"references: must be a list of names, got {value!r}")
+    unknown = [v for v in value if v not in REFERENCES]
+    if unknown:
+        raise CompareConfigError(f"references: unknown {unknown}; valid: {list(REFERENCES)}")
+    if len(set(value)) != len(value):
+        raise CompareConfigError(f"references: listed twice in {value}")
+    return tuple(value)
 
 
 def _check_keys(table: Any, valid: tuple[str, ...], where: str) -> None:

@@ -106,6 +106,20 @@ def summarise_arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def summarise_references(compare: CompareConfig, out: Path, env: str) -> dict[str, Any]:
+    """``{reference: {"seeds", "heldout": {metric: interval}}}`` of one env (those evaluated)."""
+    out_refs: dict[str, Any] = {}
+    for reference in compare.references:
+        paths = [out / "reference" / env / f"{reference}-seed{s}.json" for s in compare.seeds]
+        evals = [rundir.read_json(p)["after"] for p in paths if p.exists()]
+        if evals:
+            out_refs[reference] = {
+                "seeds": [s for s, p in zip(compare.seeds, paths) if p.exists()],
+                "heldout": {m: _interval([e[m] for e in evals]) for m in HELDOUT_METRICS},
+            }
+    return out_refs
+
+
 def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[str, Any]:
     """The full results dictionary (what ``results.json`` holds), plots not included."""
     runs = [load_run(out, run) for run in compare.runs()]
@@ -120,7 +134,8 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
             arms[arm] = summarise_arm(arm_runs)
             arms[arm]["run_seconds"] = _mean([r["seconds"] for r in arm_runs if r["seconds"]])
         curves = curves_for({arm: [r["rows"] for r in rs] for arm, rs in by_arm.items()})
-        envs[env.name] = {"arms": arms, "curves": curves}
+        references = summarise_references(compare, out, env.name)
+        envs[env.name] = {"arms": arms, "curves": curves, "references": references}
     return {
         "comparison": compare.to_dict(),
         "interface_differences": {

@@ -1,8 +1,9 @@
 """``rlid compare``: arms x environments x seeds under one budget, with a report.
 
-Runs every (arm, env, seed) of a comparison config (``rlid.compare.config``)
-sequentially, each a normal run directory ``OUT/runs/ARM-seedN`` trained by
-``run_training`` until the shared budget in the chosen currency is spent; then
+Evaluates the untrained reference arms (random floor, walkthrough ceiling:
+``rlid.compare.reference``) into ``OUT/reference/``, then runs every (arm, env,
+seed) of a comparison config (``rlid.compare.config``) sequentially, each a normal
+run directory ``OUT/runs/ARM-seedN`` trained by ``run_training`` until the shared budget in the chosen currency is spent; then
 evaluates held-out games and writes ``OUT/report.md``, ``OUT/results.json`` and
 the plots (``rlid.compare.report``).
 
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
-from rlid.config import TrainConfig
 from rlid.planes import run_training
 from rlid.runs import dir as rundir
+from rlid.runs.lock import RunLock
+from rlid.runs.log import read_run_config
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 
@@ -36,7 +38,7 @@ def run_state(run_dir: Path) -> str:
         return "finished"
     if (run_dir / "config.json").exists():
         return "started"
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if not rundir.is_empty_dir(run_dir):
         raise ValueError(
             f"{run_dir} holds files but no config.json; it is not a run of this comparison "
             "(delete it or choose another --out)"
@@ -48,7 +50,7 @@ def check_existing_run(run: RunSpec, run_dir: Path) -> None:
     """Refuse to reuse or resume a run directory trained with another config."""
     if not (run_dir / "config.json").exists():
         return
-    saved = TrainConfig.from_dict(rundir.read_json(run_dir / "config.json")["config"])
+    saved, _ = read_run_config(run_dir)
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
     if differing:
@@ -81,6 +83,34 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     rundir.write_json(path, {"after": stats})
 
 
+def reference_path(out: Path, env: str, reference: str, seed: int) -> Path:
+    return out / "reference" / env / f"{reference}-seed{seed}.json"
+
+
+def evaluate_references(
+    compare: CompareConfig, out: Path, *, say: Callable[[str], None] = print
+) -> None:
+    """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games;
+    cheap (no model), done before training so a missing walkthrough fails first.
+    Finished ones are reused. The random arm runs once per seed; the walkthrough is
+    deterministic (the same games, the same commands), so it runs for the first seed."""
+    from rlid.compare.reference import evaluate_reference
+
+    for env in compare.envs:
+        for reference in compare.references:
+            seeds = compare.seeds if reference == "random" else compare.seeds[:1]
+            for seed in seeds:
+                path = reference_path(out, env.name, reference, seed)
+                if path.exists():
+                    continue
+                stats = evaluate_reference(
+                    reference, env.env_id, dict(env.heldout_options),
+                    episodes=compare.heldout_episodes, seed=seed, interface=compare.interface,
+                )  # fmt: skip
+                rundir.write_json(path, {"reference": reference, "seed": seed, "after": stats})
+            say(f"reference {reference} on {env.name}: evaluated")
+
+
 def run_comparison(
     compare: CompareConfig,
     out: Path,
@@ -91,10 +121,33 @@ def run_comparison(
     """Train and evaluate every run (reusing finished ones), then write the report.
 
     Returns the results dictionary that is also written to ``OUT/results.json``.
+    ``OUT`` is locked for the whole comparison (:mod:`rlid.runs.lock`): a second
+    ``rlid compare`` into it fails at once, naming the first.
     """
+    out = Path(out)
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out, "rlid compare"):
+        return _run_locked(compare, out, progress=progress, say=say)
+
+
+def check_output_dir(out: Path) -> None:
+    """``--out`` must be new, empty, or an earlier output of ``rlid compare``."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; give a directory")
+    if not rundir.is_empty_dir(out) and not (out / "comparison.json").is_file():
+        raise ValueError(
+            f"--out {out} already holds files and is not the output of `rlid compare` (no "
+            "comparison.json); choose a new or empty directory so nothing there is overwritten"
+        )
+
+
+def _run_locked(
+    compare: CompareConfig, out: Path, *, progress: bool, say: Callable[[str], None]
+) -> dict[str, Any]:
     from rlid.compare.report import write_report
 
-    out = Path(out)
+    check_output_dir(out)  # again, now that no other comparison can write here
     runs = compare.runs()
     states = {}
     for run in runs:  # every check before any training
@@ -104,6 +157,7 @@ def run_comparison(
     rundir.write_json(out / "comparison.json", compare.to_dict())
     ledger_path = out / LEDGER
     ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
+    evaluate_references(compare, out, say=say)
 
     for i, run in enumerate(runs, 1):
         run_dir = out / "runs" / run.name

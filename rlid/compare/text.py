@@ -54,6 +54,7 @@ def format_report(results: dict[str, Any]) -> str:
     ]
     lines += _interface_section(results)
     lines += _arms_section(comp)
+    lines += _suite_section(results)
     for env_name, env in results["envs"].items():
         lines += _env_sections(env_name, env, comp, results["plots"].get(env_name, {}))
     lines += _runs_section(results["runs"])
@@ -98,6 +99,36 @@ def _arms_section(comp: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _reference_success(env: dict[str, Any], reference: str) -> str:
+    entry = (env.get("references") or {}).get(reference)
+    return _iv(entry["heldout"]["success"]) if entry else "n/a"
+
+
+def _suite_section(results: dict[str, Any]) -> list[str]:
+    """Per env and arm: floor (random) / before / after / ceiling (walkthrough) success."""
+    if not any(env.get("references") for env in results["envs"].values()):
+        return []
+    lines = ["## Held-out success: floor / before / after / ceiling", ""]
+    rows = []
+    for env_name, env in results["envs"].items():
+        floor = _reference_success(env, "random")
+        ceiling = _reference_success(env, "walkthrough")
+        for arm, s in env["arms"].items():
+            before, after = s["heldout"]["before"], s["heldout"]["after"]
+            rows.append(
+                [env_name, arm, floor, _iv(before["success"]), _iv(after["success"]), ceiling]
+            )
+    lines += _table(
+        ["env", "arm", "floor (random)", "before", "after", "ceiling (walkthrough)"], rows
+    )
+    lines.append(
+        "Floor and ceiling are untrained reference arms (uniform over legal actions; the "
+        "env's walkthrough) measured by the same held-out evaluation; the random one once "
+        "per seed, the deterministic walkthrough once."
+    )
+    return lines + [""]
+
+
 def _env_sections(
     env_name: str, env: dict[str, Any], comp: dict[str, Any], plots: dict[str, str]
 ) -> list[str]:
@@ -112,6 +143,13 @@ def _env_sections(
             arm, _iv(after["success"]), _iv(after["return"]), _iv(after["normalized_score"]),
             _num((after["episode_length"] or {}).get("mean")),
             _num((before["success"] or {}).get("mean")), _num((before["return"] or {}).get("mean")),
+        ])  # fmt: skip
+    for reference, r in (env.get("references") or {}).items():
+        held = r["heldout"]
+        rows.append([
+            f"({reference})", _iv(held["success"]), _iv(held["return"]),
+            _iv(held["normalized_score"]), _num((held["episode_length"] or {}).get("mean")),
+            "-", "-",
         ])  # fmt: skip
     lines += _table(
         ["arm", "success", "return", "normalized score", "episode length",

@@ -1,8 +1,12 @@
 """Run directories: atomic files, the run log, checkpoints, summaries and evaluation.
 
-* :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``).
+* :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``), appends.
 * :mod:`rlid.runs.dir`      — the directory layout, JSON, metrics and checkpoint files.
+* :mod:`rlid.runs.state`    — trainer state as safetensors + JSON (never a pickle).
+* :mod:`rlid.runs.lock`     — one writer per directory (``flock``, holder recorded).
+* :mod:`rlid.runs.pin`      — the starting model's path and weights hash.
 * :mod:`rlid.runs.log`      — :class:`RunLog`: what a trainer reads and writes.
 * :mod:`rlid.runs.summary`  — ``summary.md`` and ``curves.png``.
 * :mod:`rlid.runs.evaluate` — :func:`evaluate_run`: play a run's checkpoint.
+* :mod:`rlid.runs.convert`  — convert an old pickle checkpoint without running code.
 """

@@ -5,12 +5,17 @@ Layout::
     DIR/config.json          resolved TrainConfig (including the Interface)
     DIR/metrics.jsonl        one JSON object per iteration
     DIR/eval.json            held-out evaluation before / after training
-    DIR/checkpoint/          latest checkpoint (model safetensors, optimizer, RNG, state)
+    DIR/checkpoint/          latest checkpoint: model/ (safetensors + tokenizer),
+                             trainer_state.safetensors + .json (optimizer, RNG),
+                             state.json (iteration, budget, config fingerprint)
     DIR/curves.png           learning curves
     DIR/summary.md           a short human report
+    DIR/.rlid.lock           the writer's lock (:mod:`rlid.runs.lock`)
 
 Every file is written atomically (temp file or directory, then ``os.replace``), so a
-run killed at any point leaves either the previous or the next version, never half.
+run killed at any point leaves either the previous or the next version, never half;
+``metrics.jsonl`` is appended one fsynced line per iteration. Nothing in a run
+directory is a pickle: loading one never runs code (:mod:`rlid.runs.state`).
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ import math
 import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlid.runs.files import atomic_write_text
+from rlid.runs.files import append_line, atomic_write_text, make_temp_dir, umask
+from rlid.runs.lock import LOCK_NAME
+from rlid.runs.state import load_state, save_state
 
 CHECKPOINT = "checkpoint"
+TRAINER_STATE = "trainer_state"  # .safetensors (tensors) + .json (the rest)
 
 
 def _jsonable(value: Any) -> Any:
@@ -51,24 +58,49 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """Parse a JSON file; a corrupt one is a ValueError naming the file."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is corrupt (not valid JSON: {err})") from None
+
+
+def is_empty_dir(path: Path) -> bool:
+    """No files in ``path`` other than a lock file (or ``path`` does not exist)."""
+    path = Path(path)
+    return not path.exists() or all(p.name == LOCK_NAME for p in path.iterdir())
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl; a torn last line (a kill mid-append) is skipped."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
+    text = path.read_text()
+    lines = text.split("\n")
     rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
             rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # no newline after it: the append was cut short
+                break
+            raise ValueError(f"{path} line {i + 1} is corrupt (not valid JSON)") from None
     return rows
 
 
 def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Rewrite metrics.jsonl atomically with ``rows`` (used on every iteration and on resume)."""
+    """Rewrite metrics.jsonl atomically with ``rows`` (on resume: up to the checkpoint)."""
     text = "".join(json.dumps(_jsonable(r), sort_keys=True) + "\n" for r in rows)
     atomic_write_text(Path(run_dir) / "metrics.jsonl", text)
+
+
+def append_metrics_row(run_dir: Path, row: dict[str, Any]) -> None:
+    """Append one row to metrics.jsonl (one fsynced line: O(row), not O(file))."""
+    append_line(Path(run_dir) / "metrics.jsonl", json.dumps(_jsonable(row), sort_keys=True))
 
 
 def rng_state() -> dict[str, Any]:
@@ -107,7 +139,7 @@ def save_checkpoint(
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
+    tmp = make_temp_dir(run_dir, ".checkpoint.")
     try:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         tokenizer.save_pretrained(tmp / "model")
@@ -116,10 +148,9 @@ def save_checkpoint(
         for name, module in extra_modules.items():
             tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
             save_file(tensors, str(tmp / f"{name}.safetensors"))
-        torch.save(
-            {"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt"
-        )
+        save_state(tmp / TRAINER_STATE, {"optimizer": optimizer.state_dict(), "rng": rng_state()})
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
+        _apply_umask(tmp)  # some writers (safetensors) create private 0600 files
         old = None
         if final.exists():
             old = run_dir / f".checkpoint.old.{os.getpid()}"
@@ -151,6 +182,12 @@ def _retire_checkpoint(run_dir: Path, old: Path, keep: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def _apply_umask(root: Path) -> None:
+    mask = umask()
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def recover_checkpoint_dir(run_dir: Path) -> Path | None:
     """The checkpoint dir, recovering from a kill between the two renames of a save."""
     run_dir = Path(run_dir)
@@ -166,7 +203,11 @@ def recover_checkpoint_dir(run_dir: Path) -> Path | None:
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
-    return torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)
+    """Optimizer and RNG state of a checkpoint (safetensors + JSON; never a pickle)."""
+    state = load_state(Path(ckpt) / TRAINER_STATE)
+    if not isinstance(state, dict) or not {"optimizer", "rng"} <= set(state):
+        raise ValueError(f"{Path(ckpt) / TRAINER_STATE}.json lacks optimizer or RNG state")
+    return state
 
 
 def load_module_state(ckpt: Path, name: str) -> dict[str, torch.Tensor]:

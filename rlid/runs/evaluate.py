@@ -27,15 +27,18 @@ def evaluate_run(
     import torch
 
     from rlid.lora import load_run_model
-    from rlid.runs.log import RunLog
+    from rlid.runs.log import RunLog, check_checkpoint, read_run_config
     from rlid.trainer import evaluate
 
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
-    log = RunLog.open(Path(run), None, resume=True)
-    if not log.resuming:
+    # Read-only: no lock, so a running training can be evaluated alongside.
+    config, _ = read_run_config(Path(run))
+    ckpt = Path(run) / rundir.CHECKPOINT
+    if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
-    config = log.config
+    check_checkpoint(ckpt, config)
+    log = RunLog(Path(run), config, resuming=True)
     if config.threads is not None:  # unset: torch's default (OMP_NUM_THREADS)
         torch.set_num_threads(config.threads)
     model, tokenizer = load_run_model(config, log)

@@ -1,7 +1,9 @@
 """Atomic file writes: a temp file in the same directory, fsynced, then ``os.replace``.
 
 A reader (or a run killed mid-write) sees either the old file or the new one,
-never half of either.
+never half of either. Files and directories get the permissions the umask gives
+(``tempfile.mkstemp`` / ``mkdtemp`` alone would leave them private: 0600 / 0700),
+so a run directory shared with other people stays readable by them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,32 @@ from pathlib import Path
 from typing import Any
 
 
+def umask() -> int:
+    """The process umask (from /proc where it can be read without setting it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A fresh directory in ``parent`` with umask permissions (not mkdtemp's 0700)."""
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    os.chmod(tmp, 0o777 & ~umask())
+    return tmp
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -30,6 +53,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line and fsync it: O(line) per call, unlike rewriting the file.
+
+    A kill mid-append can leave a torn last line; readers skip a last line that does
+    not end in a newline, and a resume rewrites the file up to its checkpoint.
+    """
+    if "\n" in line:
+        raise ValueError("append_line writes exactly one line")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def save_figure(fig: Any, path: Path, *, dpi: int) -> Path:

@@ -1,16 +1,25 @@
 """The run directory of one training run, as the trainers see it.
 
-``RunLog.open`` refuses to overwrite an existing run (use ``--resume``), writes the
-resolved config first, and on resume restores model, value head, optimizer,
-budget counters and RNG state from the last checkpoint, dropping metrics rows of
-iterations after it (those iterations are replayed exactly).
+``RunLog.open`` refuses to overwrite an existing run (use ``--resume``); a run
+holds the directory's lock (:mod:`rlid.runs.lock`) from ``start`` (new run) or
+``open`` (resume) until ``finish``, so a second writer fails at once naming the
+holder. ``start`` writes the resolved config, its fingerprint and the pin of the
+starting model first. On resume everything is checked before anything is written:
+config.json against its own fingerprint, every piece of the checkpoint present and
+readable (never a silent restart from iteration 1), the starting model unchanged;
+then model, value head, optimizer, budget counters and RNG state are restored from
+the last checkpoint and metrics rows of later iterations are dropped (those
+iterations are replayed exactly). A non-finite loss, gradient norm or parameter
+stops the run before it is logged or checkpointed, keeping the last good checkpoint.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +28,57 @@ import torch
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
+from rlid.runs.lock import RunLock
+from rlid.runs.pin import check_pin, model_pin
+
+# Fields a ``--resume`` may change: they decide how long the run goes and how it is
+# watched, not what any iteration computes. Anything else is refused.
+RESUME_CHANGEABLE = (
+    "steps", "threads", "checkpoint_every", "eval_every",
+    # hardware: where and how, not what (dtype and mixed precision change the numbers)
+    "device", "env_workers", "keep_checkpoints", "gradient_checkpointing", "ref_offload",
+)  # fmt: skip
+
+
+class NonFiniteError(ValueError):
+    """Training produced a NaN / infinity; the run stops, its last checkpoint kept."""
 
 
 def config_fingerprint(config: TrainConfig) -> str:
     text = json.dumps(rundir._jsonable(config.to_dict()), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
+    """``(config, raw config.json)`` of a run directory, checked against its fingerprint."""
+    path = Path(path)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(
+            f"{path} is not a run directory (no config.json); "
+            "give the --out directory of an `rlid train` run"
+        )
+    raw = rundir.read_json(cfg_path)
+    try:
+        config = TrainConfig.from_dict(raw["config"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f"{cfg_path} is not a valid run config: {err}") from None
+    if raw.get("fingerprint") not in (None, config_fingerprint(config)):
+        raise ValueError(
+            f"{cfg_path} holds a different config than the one this run was written with "
+            "(its fingerprint does not match: edited by hand, or copied from another run); "
+            "restore it, or start a new run"
+        )
+    return config, raw
+
+
+def _is_finite(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(torch.isfinite(value).all())
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True  # not a number: nothing to check
 
 
 class _Bar:
@@ -57,54 +112,92 @@ class _Bar:
 class RunLog:
     """Config, metrics, evaluations and checkpoints of one run directory."""
 
-    def __init__(self, path: Path, config: TrainConfig, resuming: bool) -> None:
+    def __init__(
+        self, path: Path, config: TrainConfig, resuming: bool, lock: RunLock | None = None
+    ) -> None:
         self.path = path
         self.config = config
         self.resuming = resuming
         self.metrics: list[dict[str, Any]] = []
+        self._lock = lock
 
     # ------------------------------------------------------------------ opening
-    # ``open`` only checks (a new run writes nothing until ``start``), so a run that
-    # fails during setup -- bad model path, bad env option -- leaves nothing behind.
+    # A new run only checks in ``open`` (it writes nothing until ``start``), so a run
+    # that fails during setup -- bad model path, bad env option -- leaves nothing behind.
     @classmethod
     def open(cls, path: Path, config: TrainConfig | None, *, resume: bool) -> RunLog:
         path = Path(path)
         if resume:
-            cfg_path = path / "config.json"
-            if not cfg_path.exists():
-                raise FileNotFoundError(
-                    f"{path} is not a run directory (no config.json); "
-                    "give the --out directory of an `rlid train` run"
-                )
+            read_run_config(path)  # a clear error before taking a lock in a non-run dir
+            lock = RunLock(path, "rlid train --resume").acquire()
             try:
-                saved = TrainConfig.from_dict(rundir.read_json(cfg_path)["config"])
-            except (KeyError, ValueError, TypeError, json.JSONDecodeError) as err:
-                raise ValueError(
-                    f"cannot resume: {cfg_path} is not a valid run config: {err}"
-                ) from None
-            log = cls(path, saved, resuming=rundir.recover_checkpoint_dir(path) is not None)
-            log.metrics = rundir.read_metrics(path)
-            if not log.resuming:
-                log.metrics = []
-            return log
+                return cls._open_resume(path, lock)
+            except BaseException:
+                lock.release()
+                raise
         if config is None:
             raise ValueError("a config is required to start a new run")
-        if path.exists() and any(path.iterdir()):
+        check_writable_dir(path)
+        if not rundir.is_empty_dir(path):
             raise ValueError(
                 f"{path} already holds files; resume it with `rlid train --resume {path}` "
                 "or choose another --out"
             )
         return cls(path, config, resuming=False)
 
+    @classmethod
+    def _open_resume(cls, path: Path, lock: RunLock) -> RunLog:
+        saved, raw = read_run_config(path)  # again, now that no one else can write
+        ckpt = rundir.recover_checkpoint_dir(path)
+        if ckpt is None:
+            _refuse_restart_without_checkpoint(path, saved)
+        else:
+            check_checkpoint(ckpt, saved)
+        needs_start_model = saved.lora_rank > 0 or saved.kl_coef > 0 or saved.beta > 0
+        if ckpt is not None and needs_start_model and raw.get("start_model"):
+            check_pin(raw["start_model"], path)
+        log = cls(path, saved, resuming=ckpt is not None, lock=lock)
+        log.metrics = rundir.read_metrics(path) if log.resuming else []
+        return log
+
     def start(self) -> None:
-        """Create the directory and write config.json (call once setup has succeeded)."""
-        if (self.path / "config.json").exists():
-            return
-        self.path.mkdir(parents=True, exist_ok=True)
-        rundir.write_json(
-            self.path / "config.json",
-            {"config": self.config.to_dict(), "fingerprint": config_fingerprint(self.config)},
-        )
+        """Take the lock (new run) and write config.json (call once setup has succeeded)."""
+        if self._lock is None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = RunLock(self.path, "rlid train").acquire()
+            if not rundir.is_empty_dir(self.path):  # another run got here first
+                self.close()
+                raise ValueError(
+                    f"{self.path} already holds files; resume it with "
+                    f"`rlid train --resume {self.path}` or choose another --out"
+                )
+            rundir.write_json(
+                self.path / "config.json",
+                {
+                    "config": self.config.to_dict(),
+                    "fingerprint": config_fingerprint(self.config),
+                    "start_model": model_pin(str(self.config.model)),
+                    "history": [],
+                },
+            )
+        elif not self.resuming:
+            # resumed before any checkpoint: iteration 1 again, so its rows go too, and
+            # the starting model is pinned as it is loaded now
+            self._lock.check()
+            rundir.write_metrics(self.path, [])
+            raw = rundir.read_json(self.path / "config.json")
+            raw["start_model"] = model_pin(str(self.config.model))
+            rundir.write_json(self.path / "config.json", raw)
+
+    def close(self) -> None:
+        """Release the directory's lock (``finish`` does this; also safe to call twice)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def _check_writer(self) -> None:
+        if self._lock is None:
+            raise RuntimeError("RunLog.start() must be called before writing the run")
+        self._lock.check()
 
     def checkpoint_model_dir(self) -> Path:
         return self.path / rundir.CHECKPOINT / "model"
@@ -120,6 +213,12 @@ class RunLog:
         iteration: int,
         budget: Budget,
     ) -> None:
+        self._check_writer()
+        modules = {"model": model, **({"value head": value_head} if value_head else {})}
+        for what, module in modules.items():
+            for name, param in module.named_parameters():
+                if not _is_finite(param.detach()):
+                    self._stop_non_finite(iteration, f"{what} parameter {name}", "NaN/inf")
         extra = {"value_head": value_head} if value_head is not None else {}
         state = {
             "iteration": iteration,
@@ -130,6 +229,20 @@ class RunLog:
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
         )  # fmt: skip
+
+    def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
+        state_path = self.path / rundir.CHECKPOINT / "state.json"
+        kept = (
+            f"the last good checkpoint (iteration {rundir.read_json(state_path)['iteration']}) "
+            f"is kept in {state_path.parent}"
+            if state_path.exists()
+            else "no checkpoint had been written yet"
+        )
+        raise NonFiniteError(
+            f"iteration {iteration}: {what} is {value}, not finite; training stopped and "
+            f"{kept}. Start a new run with a smaller --lr (or --max-grad-norm), and check "
+            "the loss coefficients"
+        )
 
     def restore(
         self,
@@ -142,11 +255,16 @@ class RunLog:
 
         The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
         """
+        self._check_writer()
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
-        if state.get("fingerprint") != config_fingerprint(self.config):
+        raw = rundir.read_json(self.path / "config.json")
+        known = {config_fingerprint(self.config)}
+        known |= {h.get("fingerprint") for h in raw.get("history", [])}
+        if state.get("fingerprint") not in known:
             raise ValueError(
-                f"checkpoint in {ckpt} was written by a different config than {self.path}/config.json"
+                f"checkpoint in {ckpt} was written by a different config than "
+                f"{self.path}/config.json"
             )
         trainer_state = rundir.load_trainer_state(ckpt)
         try:
@@ -166,8 +284,13 @@ class RunLog:
 
     # ------------------------------------------------------------------ logging
     def append_metrics(self, row: dict[str, Any]) -> None:
-        self.metrics.append(rundir._jsonable(row))
-        rundir.write_metrics(self.path, self.metrics)
+        self._check_writer()
+        for key, value in row.items():
+            if ("loss" in key or key == "grad_norm") and not _is_finite(value):
+                self._stop_non_finite(row.get("iteration", "?"), f"the {key}", float(value))
+        row = rundir._jsonable(row)
+        self.metrics.append(row)
+        rundir.append_metrics_row(self.path, row)
 
     def write_origin(self, origin: str) -> None:
         self._update_eval({"model_origin": origin})
@@ -180,6 +303,7 @@ class RunLog:
         return path.exists() and key in rundir.read_json(path)
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
+        self._check_writer()
         path = self.path / "eval.json"
         data = rundir.read_json(path) if path.exists() else {}
         data.update(entries)
@@ -192,5 +316,125 @@ class RunLog:
     def finish(self) -> None:
         from rlid.runs.summary import write_curves, write_summary
 
-        write_curves(self.path, self.metrics)
-        write_summary(self.path, self.config, self.metrics)
+        self._check_writer()
+        try:
+            write_curves(self.path, self.metrics)
+            write_summary(self.path, self.config, self.metrics)
+        finally:
+            self.close()
+
+
+# ------------------------------------------------------------------------- resume checks
+def check_writable_dir(path: Path) -> None:
+    """Fail early (before any model loads) when ``path`` cannot become a run directory."""
+    import errno
+    import os
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "--out is a file, not a directory", str(path))
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "part of --out is a file", str(parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "cannot write under this directory", str(parent))
+
+
+def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
+    """Every piece of a checkpoint is there (readability is checked as it loads)."""
+    from rlid.runs.state import LEGACY_NAME, legacy_message
+
+    ckpt = Path(ckpt)
+    if (ckpt / LEGACY_NAME).exists() and not (ckpt / f"{rundir.TRAINER_STATE}.json").exists():
+        raise ValueError(legacy_message(ckpt))
+    model_dir = ckpt / "model"
+    marker = "adapter_config.json" if config.lora_rank > 0 else "config.json"
+    needed = [model_dir / marker, ckpt / "state.json"]
+    needed += [ckpt / f"{rundir.TRAINER_STATE}.json", ckpt / f"{rundir.TRAINER_STATE}.safetensors"]
+    if config.advantage == "gae":
+        needed.append(ckpt / "value_head.safetensors")
+    if model_dir.is_dir() and not any(
+        p.suffix == ".safetensors" for p in model_dir.iterdir()
+    ):  # fmt: skip
+        needed.append(model_dir / "*.safetensors")
+    missing = [str(p.relative_to(ckpt)) for p in needed if not p.exists()]
+    if missing:
+        raise ValueError(
+            f"cannot resume: the checkpoint in {ckpt} is incomplete (missing: "
+            f"{', '.join(missing)}); restore those files, or start a new run. A run is "
+            "never silently restarted from iteration 1"
+        )
+
+
+def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
+    """No checkpoint: fine only if the run never got as far as writing one."""
+    evidence = []
+    if (path / rundir.CHECKPOINT).exists():
+        evidence.append(f"{rundir.CHECKPOINT}/ has no state.json")
+    rows = rundir.read_metrics(path)
+    # a checkpoint is written at iteration checkpoint_every; a row past it means one existed
+    if any(int(r.get("iteration", 0)) > config.checkpoint_every for r in rows):
+        evidence.append(f"metrics.jsonl reaches iteration {max(r['iteration'] for r in rows)}")
+    eval_path = path / "eval.json"
+    if eval_path.exists() and "after" in rundir.read_json(eval_path):
+        evidence.append("eval.json holds the final evaluation")
+    if evidence:
+        raise ValueError(
+            f"cannot resume {path}: its checkpoint is missing ({'; '.join(evidence)}). "
+            "Restore checkpoint/ (including checkpoint/state.json), or start a new run; "
+            "a run is never silently restarted from iteration 1"
+        )
+
+
+def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[Any]]:
+    """Apply config values given together with ``--resume`` to the run in ``path``.
+
+    Values equal to the run's are fine. Of the rest, only :data:`RESUME_CHANGEABLE`
+    fields may change (a larger ``steps`` extends a finished run: its final
+    evaluation is redone); anything else is refused. The change is recorded in
+    config.json's ``history`` with the fingerprint it replaces, so the run's
+    checkpoints stay loadable. Returns ``{field: [old, new]}`` of what changed.
+    """
+    path = Path(path)
+    with RunLock(path, "rlid train --resume (config change)"):
+        config, raw = read_run_config(path)
+        current = config.to_dict()
+        full = {k: getattr(config, k) for k in config.__dataclass_fields__}
+        diff = {k: [full[k], v] for k, v in changes.items() if full.get(k) != v}
+        refused = sorted(k for k in diff if k not in RESUME_CHANGEABLE)
+        if refused:
+            flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+            raise ValueError(
+                f"{flags} cannot change when resuming {path} (the resumed iterations would "
+                f"not be the ones this run computes); only "
+                f"{', '.join('--' + k.replace('_', '-') for k in RESUME_CHANGEABLE)} can. "
+                "Start a new run with --out to train with other values"
+            )
+        if not diff:
+            return {}
+        if "steps" in diff and diff["steps"][1] < diff["steps"][0]:
+            raise ValueError(
+                f"--steps {diff['steps'][1]} is below the run's {diff['steps'][0]}: a resume "
+                "can extend a run, not shorten it"
+            )
+        new = TrainConfig.from_dict({**current, **{k: v[1] for k, v in diff.items()}})
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "changes": diff,
+            "fingerprint": config_fingerprint(config),
+        }
+        eval_path = path / "eval.json"
+        if "steps" in diff and eval_path.exists():
+            evals = rundir.read_json(eval_path)
+            if "after" in evals:  # the extended run gets its own final evaluation
+                entry["previous_after"] = evals.pop("after")
+                rundir.write_json(eval_path, evals)
+        raw.update(config=new.to_dict(), fingerprint=config_fingerprint(new))
+        raw["history"] = [*raw.get("history", []), entry]
+        rundir.write_json(path / "config.json", raw)
+    for key, (old, value) in diff.items():
+        print(f"note: {path}: {key} {old} -> {value} (recorded in config.json history)",
+              file=sys.stderr)  # fmt: skip
+    return diff

@@ -1,0 +1,85 @@
+"""Prompt and continuation token ids under a real tokenizer's own conventions.
+
+Every plane encodes text through these helpers, so all of them see the same ids:
+
+* **BOS.** Prompts are complete text and are encoded without *automatic* special
+  tokens, but a SentencePiece / Llama-family model was trained with a BOS in front
+  of every sequence. :func:`encode_prompt` puts in front exactly the special tokens
+  the tokenizer itself adds (``encode(text, add_special_tokens=True)``; ``[<s>]`` for
+  Llama / Mistral, nothing for GPT-2 or Qwen), unless the text already starts with
+  them (a chat template that writes ``<s>`` itself).
+* **In-text continuations.** A SentencePiece tokenizer encodes ``"go west"`` alone
+  as ``▁go ▁west`` but after ``"[/INST]"`` as ``go ▁west``: a continuation's ids
+  depend on what precedes it. :func:`continuation_ids` encodes prompt + continuation
+  together and takes the new tokens, after checking that the prompt's own ids are
+  unchanged, so the scored event is the one the model reads in the text.
+
+Example::
+
+    >>> from rlid.tokenizer import build_tiny_tokenizer
+    >>> tok = build_tiny_tokenizer()
+    >>> prompt_ids, [cont] = continuation_ids(tok, "Command:", [" look\\n"])
+    >>> prompt_ids + cont == encode_prompt(tok, "Command: look\\n")
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def encode(tokenizer: Any, text: str, *, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of ``text``; a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``."""
+    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return list(getattr(ids, "ids", ids))
+
+
+def special_prefix(tokenizer: Any, text: str = "a") -> list[int]:
+    """The special-token ids ``tokenizer`` puts before ``text`` by its own convention
+    (``encode(text, add_special_tokens=True)`` minus the text's own ids).
+
+    ``[bos_token_id]`` for Llama / Mistral (SentencePiece), ``[]`` for GPT-2-style
+    and Qwen tokenizers and for rlid's tiny tokenizer.
+    """
+    plain = encode(tokenizer, text)
+    full = encode(tokenizer, text, add_special_tokens=True)
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return full[:start]
+    return []
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Ids of a complete prompt: the tokenizer's :func:`special_prefix` (unless ``text``
+    already starts with it, as a chat template may write it), then the text's own ids."""
+    ids = encode(tokenizer, text)
+    prefix = special_prefix(tokenizer, text) if text else []
+    if prefix and ids[: len(prefix)] != prefix:
+        ids = prefix + ids
+    return ids
+
+
+def continuation_ids(
+    tokenizer: Any, prompt: str, continuations: Sequence[str]
+) -> tuple[list[int], list[list[int]]]:
+    """``(prompt_ids, [ids of each continuation as it appears after the prompt])``.
+
+    Each continuation is encoded together with the prompt and its ids are the tokens
+    after the prompt's; ``prompt_ids + ids == encode_prompt(prompt + continuation)``
+    holds by construction. Raises ``ValueError`` when a continuation merges with the
+    end of the prompt (then no token boundary separates them and the event is not
+    well defined): end the prompt with a cue such as ``"Command:"``.
+    """
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    out: list[list[int]] = []
+    for text in continuations:
+        full = encode_prompt(tokenizer, prompt + text)
+        if full[: len(prompt_ids)] != prompt_ids:
+            raise ValueError(
+                f"continuation {text!r} merges with the end of the prompt {prompt[-30:]!r}: "
+                "the prompt's tokens change when it is appended, so its tokens are not "
+                "separable; end the prompt with a cue the continuation cannot merge with"
+            )
+        out.append(full[len(prompt_ids) :])
+    return prompt_ids, out

@@ -1,0 +1,47 @@
+"""Convert a run directory's old pickle checkpoint state to safetensors + JSON.
+
+    python -m rlid.runs.convert RUN_DIR
+
+rlid up to 0.1 wrote ``checkpoint/trainer_state.pt`` (a pickle). Loading a pickle
+can execute code, so rlid now refuses it; this reads it with
+``torch.load(weights_only=True)`` (tensors and plain data only: anything else is
+refused before it runs) and writes ``trainer_state.safetensors`` + ``.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlid.runs.dir import CHECKPOINT, recover_checkpoint_dir
+from rlid.runs.lock import RunLock
+from rlid.runs.state import convert_legacy_state
+
+
+def convert_run(run_dir: Path) -> Path:
+    """Convert ``run_dir``'s checkpoint in place (under the run's lock); returns its path."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
+    with RunLock(run_dir, "python -m rlid.runs.convert"):
+        ckpt = recover_checkpoint_dir(run_dir) or run_dir / CHECKPOINT
+        convert_legacy_state(ckpt)
+    return ckpt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        ckpt = convert_run(Path(args[0]))
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"rlid convert: error: {err}", file=sys.stderr)
+        return 2
+    print(f"converted {ckpt} to trainer_state.safetensors + trainer_state.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

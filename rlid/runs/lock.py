@@ -1,0 +1,145 @@
+"""One writer per directory: an exclusive, crash-safe lock recording its holder.
+
+``RunLock(DIR, "rlid train").acquire()`` takes ``DIR/.rlid.lock`` with ``flock``:
+the kernel drops it when the holding process dies (kill -9 included), so a crash
+never leaves a lock that blocks the next run. The file records the holder (pid,
+host, command, start time) so a refused second writer can name it; a record left
+behind by a dead process is taken over with a notice. Within one process a new
+lock on the same directory takes over from the previous one (a run that raised
+and is resumed in the same interpreter), and the previous holder can write no more.
+
+``flock`` is only as good as the filesystem: on network filesystems that do not
+implement it, two hosts are not kept apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOCK_NAME = ".rlid.lock"
+
+_HELD: dict[str, RunLock] = {}  # resolved lock path -> holder in this process
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds the directory's lock."""
+
+
+def _holder_text(info: dict[str, Any]) -> str:
+    if not info.get("pid"):
+        return "another process"
+    since = info.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
+    return f"pid {info['pid']} on host {info.get('host', '?')} ({info.get('purpose', '?')}, since {when})"
+
+
+def _read_info(fd: int) -> dict[str, Any]:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        info = json.loads(raw.decode()) if raw.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+class RunLock:
+    """The exclusive lock of one directory (see the module docstring)."""
+
+    def __init__(self, directory: Path, purpose: str) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_NAME
+        self.purpose = purpose
+        self._fd: int | None = None
+        self.lost = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None and not self.lost
+
+    def acquire(self) -> RunLock:
+        """Take the lock now or raise :class:`RunLockedError` naming the holder."""
+        import fcntl
+
+        key = str(self.path.resolve())
+        previous = _HELD.get(key)
+        if previous is not None and previous is not self:
+            previous._close()
+            previous.lost = True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = _read_info(fd)
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.directory} is in use by {_holder_text(info)}; two writers would mix "
+                "their files. Wait for it to finish (or stop it), or use another directory"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        stale = _read_info(fd)
+        if stale.get("pid") and stale.get("pid") != os.getpid():
+            print(
+                f"note: {self.directory}: taking over the lock left by {_holder_text(stale)}, "
+                "which is no longer running",
+                file=sys.stderr,
+            )
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "purpose": self.purpose,
+            "since": time.time(),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        self.lost = False
+        _HELD[key] = self
+        return self
+
+    def check(self) -> None:
+        """Raise unless this object still holds the lock (before every write)."""
+        if self.lost:
+            raise RunLockedError(
+                f"{self.directory} was taken over by a newer writer in this process; "
+                "this one must not write there any more"
+            )
+        if self._fd is None:
+            raise RunLockedError(f"{self.directory}: write without holding its lock")
+
+    def release(self) -> None:
+        """Drop the lock and clear the holder record (a no-op when not held)."""
+        if self._fd is None:
+            return
+        if not self.lost:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+        self._close()
+
+    def _close(self) -> None:
+        if self._fd is None:
+            return
+        key = str(self.path.resolve())
+        if _HELD.get(key) is self:
+            del _HELD[key]
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self._close()

@@ -1,0 +1,162 @@
+"""Trainer state (optimizer, RNG states, counters) in formats that cannot run code.
+
+``save_state(stem, obj)`` writes ``stem.safetensors`` (every tensor) and
+``stem.json`` (the structure around them); ``load_state(stem)`` reads them back.
+Only plain data survives the trip: dicts (any hashable plain keys), lists, tuples,
+str/int/float/bool/None (NaN and infinities included), numpy arrays and scalars,
+and torch tensors. Loading builds nothing else, so a run directory from someone
+else can be resumed or evaluated without trusting it -- unlike ``torch.load`` of a
+pickle, which can execute arbitrary code (rlid up to 0.1 wrote ``trainer_state.pt``;
+:func:`convert_legacy_state` turns one into this format without unpickling code).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LEGACY_NAME = "trainer_state.pt"
+FORMAT = "rlid-state-1"
+
+
+class UnsafeStateError(ValueError):
+    """A checkpoint piece that rlid refuses to load (old pickle format)."""
+
+
+def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        key = f"t{len(tensors)}"
+        # clone: safetensors refuses tensors that share storage
+        tensors[key] = value.detach().to("cpu").contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: _encode(v, tensors) for k, v in value.items()}
+        return {"__dict__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+    raise TypeError(f"cannot store a {type(value).__name__} in trainer state (plain data only)")
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors, where) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        key = value["__tensor__"]
+        if key not in tensors:
+            raise ValueError(f"{where}: tensor {key!r} is missing from the .safetensors file")
+        return tensors[key]
+    if "__ndarray__" in value:
+        return np.asarray(value["__ndarray__"], dtype=np.dtype(str(value["dtype"])))
+    if "__float__" in value:
+        text = str(value["__float__"])
+        if text not in ("nan", "inf", "-inf"):
+            raise ValueError(f"{where}: bad float {text!r}")
+        return float(text)
+    if "__tuple__" in value:
+        return tuple(_decode(v, tensors, where) for v in value["__tuple__"])
+    if "__dict__" in value:
+        out = {}
+        for k, v in value["__dict__"]:
+            key = _decode(k, tensors, where)
+            out[tuple(key) if isinstance(key, list) else key] = _decode(v, tensors, where)
+        return out
+    return {k: _decode(v, tensors, where) for k, v in value.items()}
+
+
+def save_state(stem: Path, obj: Any) -> None:
+    """Write ``obj`` as ``stem.safetensors`` + ``stem.json`` (plain writes: callers
+    put them in a temporary checkpoint directory that is renamed into place)."""
+    from safetensors.torch import save_file
+
+    stem = Path(stem)
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(obj, tensors)
+    save_file(tensors, str(stem.with_suffix(".safetensors")), metadata={"format": FORMAT})
+    text = json.dumps({"format": FORMAT, "state": tree}, sort_keys=True)
+    stem.with_suffix(".json").write_text(text + "\n")
+
+
+def load_state(stem: Path) -> Any:
+    """Read what :func:`save_state` wrote; clear errors for missing, corrupt or old files."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    stem = Path(stem)
+    json_path, tensor_path = stem.with_suffix(".json"), stem.with_suffix(".safetensors")
+    legacy = stem.parent / LEGACY_NAME
+    if not json_path.exists() and legacy.exists():
+        raise UnsafeStateError(legacy_message(stem.parent))
+    for path in (json_path, tensor_path):
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"checkpoint piece {path} is missing; the checkpoint in {stem.parent} is "
+                "incomplete (restore the file, or start a new run)"
+            )
+    try:
+        data = json.loads(json_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"checkpoint piece {json_path} is corrupt (not JSON: {err})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"checkpoint piece {json_path} is not rlid trainer state ({FORMAT})")
+    try:
+        tensors = load_file(str(tensor_path))
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"checkpoint piece {tensor_path} is corrupt: {err}") from None
+    return _decode(data["state"], tensors, str(json_path))
+
+
+def legacy_message(ckpt: Path) -> str:
+    run_dir = Path(ckpt).parent
+    return (
+        f"{Path(ckpt) / LEGACY_NAME} is in the old pickle format, which can run arbitrary "
+        "code when loaded, so rlid does not load it. If you trust where this run came from, "
+        f"convert it with `python -m rlid.runs.convert {run_dir}` (it reads only tensors and "
+        "plain data and refuses anything else), or start a new run"
+    )
+
+
+def convert_legacy_state(ckpt: Path) -> Path:
+    """Rewrite ``ckpt/trainer_state.pt`` as safetensors + JSON without running code.
+
+    ``torch.load(weights_only=True)`` with numpy's array types allow-listed: a pickle
+    that asks for anything else (e.g. ``os.system``) is refused by torch's restricted
+    unpickler before it can run. Returns the new stem; the old file is removed.
+    """
+    ckpt = Path(ckpt)
+    legacy = ckpt / LEGACY_NAME
+    if not legacy.is_file():
+        raise FileNotFoundError(f"{legacy} does not exist; nothing to convert")
+    core = getattr(np, "_core", None) or np.core
+    allowed: list[Any] = [np.ndarray, np.dtype, core.multiarray._reconstruct]
+    allowed += [type(np.dtype(t)) for t in ("uint32", "int64", "float64", "float32")]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            obj = torch.load(legacy, weights_only=True, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 -- any refusal of the restricted unpickler
+        raise UnsafeStateError(
+            f"{legacy} holds more than tensors and plain data, so it was not loaded "
+            f"(torch's restricted unpickler said: {str(err).splitlines()[0]}); retrain the run"
+        ) from None
+    stem = ckpt / "trainer_state"
+    save_state(stem, obj)
+    load_state(stem)  # read back before the original goes
+    legacy.unlink()
+    return stem

@@ -1,0 +1,261 @@
+"""Real vocabularies: BOS, label ids and in-text continuations under SentencePiece and BPE.
+
+The tokenizers are built at test time from files shipped inside registry packages
+(no downloads): the Mistral-7B v0.1 SentencePiece model in the ``mistral-common``
+wheel (wrapped as a Llama tokenizer, BOS on, as Mistral's tokenizer_config says) and
+Qwen's byte-level BPE ranks in the ``dashscope`` wheel (wrapped as a
+``PreTrainedTokenizerFast`` with Qwen's split pattern and special tokens). Each is
+saved with a small random causal LM of its architecture in pytest's cache, so the
+rlid loading path (``load_policy_model``) is the one a user takes. Token ids below
+are facts of these vocabularies, read off once by hand.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from baselines.scoring import ScoringPolicy
+from baselines.token_policy import TokenPolicy
+from menus import (
+    Interface,
+    command_completion,
+    command_context,
+    label_context,
+    label_set_for,
+    render_decision_prompt,
+    render_token_prompt,
+)
+from menus.tokens import continuation_ids, encode, encode_prompt
+from rlid.audit.exact import continuation_ids as audit_continuation_ids
+from rlid.models import load_policy_model
+from rlid.policy import DecisionPolicy
+from rlid.readout import tokenize_prompts
+
+# Llama-2's chat format: the answer follows "[/INST]" after a space ("[/INST] A</s>").
+LLAMA2_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}"
+    "{{ ' ' + m['content'] + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+# Mistral-Instruct v0.1's: the answer is written right after "[/INST]".
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}"
+    "{{ m['content'] + eos_token }}{% endif %}{% endfor %}"
+)
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
+    r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+GAME = {"size": 3, "keys": 1, "distractors": 1, "max_episode_steps": 6}
+
+
+def _save(tokenizer, config, out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out)
+
+
+def build_mistral(out: Path) -> None:
+    mistral_common = pytest.importorskip("mistral_common")
+    pytest.importorskip("sentencepiece")
+    from transformers import LlamaConfig, LlamaTokenizerFast
+
+    model_file = Path(mistral_common.__file__).parent / "data" / "tokenizer.model.v1"
+    src = out.with_name("mistral-spm")
+    src.mkdir(parents=True, exist_ok=True)
+    shutil.copy(model_file, src / "tokenizer.model")
+    tokenizer = LlamaTokenizerFast.from_pretrained(src, add_bos_token=True, legacy=False)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    _save(tokenizer, config, out)
+
+
+def build_qwen(out: Path) -> None:
+    dashscope = pytest.importorskip("dashscope")
+    pytest.importorskip("tiktoken")
+    from transformers import PreTrainedTokenizerFast, Qwen2Config
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    raw = TikTokenConverter(
+        vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=specials
+    ).converted()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, eos_token_id=151645,
+    )  # fmt: skip
+    _save(tokenizer, config, out)
+
+
+def _cached(request, name, build):
+    root = Path(request.config.cache.mkdir("rlid-real-vocabularies"))
+    out = root / name
+    if not (out / "config.json").exists():
+        build(out)
+    torch.set_num_threads(1)
+    return load_policy_model(out)
+
+
+@pytest.fixture(scope="module")
+def mistral(request):
+    return _cached(request, "mistral-v0.1-random", build_mistral)
+
+
+@pytest.fixture(scope="module")
+def qwen(request):
+    return _cached(request, "qwen-bpe-random", build_qwen)
+
+
+def _with_template(tokenizer, template):
+    tokenizer = tokenizer.__class__.from_pretrained(tokenizer.name_or_path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def _start(seed=0):
+    env = envs.make("keydoor", **GAME)
+    obs, info = env.reset(seed=seed)
+    return obs, info
+
+
+# --------------------------------------------------------------------------- BOS
+def test_prompts_get_the_bos_the_tokenizer_uses(mistral, qwen):
+    (model, tok), qtok = mistral, qwen[1]
+    assert tok.bos_token_id == 1
+    assert encode_prompt(tok, "Answer:") == [1] + encode(tok, "Answer:")
+    # a chat template that writes <s> itself does not get a second one
+    chat = _with_template(tok, LLAMA2_TEMPLATE)
+    text = chat.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert text.startswith("<s>[INST]")
+    assert encode_prompt(chat, text).count(1) == 1 and encode_prompt(chat, text)[0] == 1
+    # Qwen's BPE uses no BOS: its prompts are the text's tokens only
+    assert encode_prompt(qtok, "Answer:") == encode(qtok, "Answer:") == [16141, 25]
+
+    ids, mask = tokenize_prompts(tok, ["Answer:", "Now: a hall\nAnswer:"])
+    first = mask.int().argmax(dim=1)
+    assert ids[torch.arange(2), first].tolist() == [1, 1]
+
+    obs, info = _start()
+    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    interface = Interface(memory="none")
+    decision = DecisionPolicy(model, tok, interface).act([obs], [info], [None], rng=rng,
+                                                         generator=gen)[0]  # fmt: skip
+    scored = ScoringPolicy(model, tok, interface).act([obs], [info], [None], rng=rng,
+                                                      generator=gen)[0]  # fmt: skip
+    token_ids = TokenPolicy(model, tok, interface, max_new_tokens=2).prompt_ids([obs], [info],
+                                                                                [None])[0]  # fmt: skip
+    for prompt_ids in (decision.prompt_ids, scored.prompt_ids, token_ids):
+        assert prompt_ids[0] == 1 and prompt_ids[1] != 1
+
+
+# --------------------------------------------------------------------------- labels
+@pytest.mark.parametrize(
+    "vocab,template,expected",
+    [
+        ("mistral", None, 330),  # "Answer: A" -> ▁A
+        ("mistral", LLAMA2_TEMPLATE, 330),  # "[/INST] A" -> ▁A, not the bare A (28741)
+        ("qwen", None, 362),  # "Answer: A" -> " A"
+        ("qwen", CHATML_TEMPLATE, 32),  # "<|im_start|>assistant\nA" -> "A"
+    ],
+)
+def test_label_ids_are_the_tokens_the_model_would_emit(request, vocab, template, expected):
+    _, tok = request.getfixturevalue(vocab)
+    if template is not None:
+        tok = _with_template(tok, template)
+    interface = Interface(memory="none")
+    labels = label_set_for(interface, tok, strict=True)  # every A-Z label validates
+    assert len(labels) == 26 and labels.token_ids[0] == expected
+    assert len(set(labels.token_ids)) == 26
+    obs, info = _start()
+    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    model = request.getfixturevalue(vocab)[0]
+    decision = DecisionPolicy(model, tok, interface).act([obs], [info], [None], rng=rng,
+                                                         generator=gen)[0]  # fmt: skip
+    user = _user_message(interface, obs, info, decision.menu, tok)
+    for label, label_id in zip(decision.menu.labels, decision.label_ids):
+        if template is None:
+            written = user + " " + label  # the plain template's answer: "Answer: A"
+        else:
+            written = tok.apply_chat_template(
+                [{"role": "user", "content": user}, {"role": "assistant", "content": label}],
+                tokenize=False,
+            )
+        emitted = encode_prompt(tok, written)
+        assert emitted[: len(decision.prompt_ids)] == decision.prompt_ids
+        assert emitted[len(decision.prompt_ids)] == label_id
+
+
+def _user_message(interface, obs, info, menu, tok):
+    """The plain prompt: the whole text in the plain template, the user turn in chat."""
+    plain = Interface(**{**interface.to_dict(), "template": "plain"})
+    return render_decision_prompt(obs, info, menu, plain, tok)
+
+
+# --------------------------------------------------------------------------- continuations
+@pytest.mark.parametrize(
+    "vocab,template",
+    [
+        ("mistral", None),
+        ("mistral", LLAMA2_TEMPLATE),
+        ("mistral", MISTRAL_TEMPLATE),
+        ("qwen", None),
+        ("qwen", CHATML_TEMPLATE),
+    ],
+)
+def test_continuations_are_tokenised_as_in_the_text(request, vocab, template):
+    model, tok = request.getfixturevalue(vocab)
+    if template is not None:
+        tok = _with_template(tok, template)
+    interface = Interface(memory="none")
+    obs, info = _start()
+    _, prefix = command_context(interface, tok)
+    prompt = render_token_prompt(obs, info, interface, tok)
+    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    scored = ScoringPolicy(model, tok, interface).act([obs], [info], [None], rng=rng,
+                                                      generator=gen)[0]  # fmt: skip
+    audit = audit_continuation_ids(tok, info["legal_actions"], prefix, prompt)
+    for action, ids, audit_ids in zip(
+        scored.extra["actions"], scored.extra["completion_ids"], audit
+    ):
+        in_text = encode_prompt(tok, prompt + command_completion(action, prefix))
+        assert scored.prompt_ids + ids == in_text
+        assert audit_ids == ids
+
+
+def test_sentencepiece_continuation_after_inst_is_go_west_not_space_go(mistral):
+    tok = _with_template(mistral[1], MISTRAL_TEMPLATE)
+    interface = Interface(memory="none")
+    assert command_context(interface, tok) == (" [/INST]", "")
+    assert label_context(interface, tok) == (" [/INST]", "")
+    _, [ids] = continuation_ids(tok, "[INST] go? [/INST]", ["go west\n"])
+    assert tok.convert_ids_to_tokens(ids) == ["go", "▁west", "<0x0A>"]
+    # alone, the same text would be "▁go ▁west": a different event
+    assert tok.convert_ids_to_tokens(encode(tok, "go west\n"))[0] == "▁go"
+    llama2 = _with_template(mistral[1], LLAMA2_TEMPLATE)
+    assert command_context(interface, llama2) == (" [/INST]", " ")

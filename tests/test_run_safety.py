@@ -1,0 +1,477 @@
+"""Run directories as shared artefacts: no code on load, one writer, honest resume,
+non-finite guards, append-only metrics, umask permissions."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from menus import Interface
+from rlid import trainer as trainer_mod
+from rlid.cli import main as cli_main
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model, save_policy_model, tiny_cache_dir
+from rlid.runs import dir as rundir
+from rlid.runs.convert import convert_run
+from rlid.runs.lock import RunLock, RunLockedError
+from rlid.runs.log import NonFiniteError, RunLog
+from rlid.runs.state import UnsafeStateError, load_state, save_state
+
+TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # A private cache: "tiny" is then the fresh initialisation, whatever this machine cached.
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def small_config(**changes) -> TrainConfig:
+    base = dict(
+        env="keydoor", env_options=dict(TINY_ENV), steps=24, groups_per_iter=2, group_size=2,
+        epochs=1, minibatch_size=8, eval_episodes=2, threads=1, kl_coef=0.1,
+        interface=Interface(memory="none"),
+    )  # fmt: skip
+    base.update(changes)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """One small finished run (written under umask 022), copied by the tests that change it."""
+    cache = tmp_path_factory.getbasetemp() / "cache"
+    old_env, old_mask = os.environ.get("RLID_CACHE_DIR"), os.umask(0o022)
+    os.environ["RLID_CACHE_DIR"] = str(cache)
+    try:
+        out = tmp_path_factory.mktemp("finished") / "run"
+        trainer_mod.train(small_config(), out, progress=False)
+    finally:
+        os.umask(old_mask)
+        if old_env is None:
+            del os.environ["RLID_CACHE_DIR"]
+        else:
+            os.environ["RLID_CACHE_DIR"] = old_env
+    return out
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "copy"
+    shutil.copytree(run, dest)
+    (dest / ".rlid.lock").unlink(missing_ok=True)
+    return dest
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(run)): p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != ".rlid.lock"
+    }
+
+
+# --------------------------------------------------------------- no code on load
+class _Exploit:
+    """Unpickling this creates ``marker`` (a stand-in for ``os.system``)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_checkpoint_holds_no_pickle(finished_run):
+    ckpt = finished_run / "checkpoint"
+    assert (ckpt / "trainer_state.json").is_file()
+    assert (ckpt / "trainer_state.safetensors").is_file()
+    assert not list(finished_run.rglob("*.pt")) and not list(finished_run.rglob("*.bin"))
+    state = rundir.load_trainer_state(ckpt)
+    assert state["optimizer"]["state"]  # AdamW moments restored as tensors
+    assert isinstance(state["rng"]["numpy"][1], np.ndarray)
+
+
+def test_a_malicious_pickle_in_a_run_is_never_loaded(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps({"optimizer": _Exploit(marker), "rng": {}})
+    pickle.loads(payload)  # the payload works: loading it the old way would run code
+    assert marker.exists()
+    marker.unlink()
+    ckpt = run / "checkpoint"
+    for name in ("trainer_state.json", "trainer_state.safetensors"):
+        (ckpt / name).unlink()
+    (ckpt / "trainer_state.pt").write_bytes(payload)
+
+    assert cli_main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "old pickle format" in err and "python -m rlid.runs.convert" in err
+    assert "Traceback" not in err
+    assert cli_main(["eval", "--run", str(run), "--episodes", "1"]) == 2
+    assert "old pickle format" in capsys.readouterr().err
+    with pytest.raises(UnsafeStateError, match="not loaded"):
+        convert_run(run)  # the converter's restricted unpickler refuses it too
+    assert not marker.exists()
+    assert (ckpt / "trainer_state.pt").exists()  # nothing was converted
+
+
+def test_an_old_but_plain_trainer_state_converts_and_resumes(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path)
+    ckpt = run / "checkpoint"
+    state = rundir.load_trainer_state(ckpt)
+    torch.save(state, ckpt / "trainer_state.pt")  # what rlid 0.1 wrote
+    for name in ("trainer_state.json", "trainer_state.safetensors"):
+        (ckpt / name).unlink()
+    convert_run(run)
+    assert not (ckpt / "trainer_state.pt").exists()
+    again = rundir.load_trainer_state(ckpt)
+    assert again["rng"]["python"] == state["rng"]["python"]
+    assert torch.equal(again["rng"]["torch"], state["rng"]["torch"])
+    assert np.array_equal(again["rng"]["numpy"][1], state["rng"]["numpy"][1])
+    trainer_mod.train(None, run, resume=True, progress=False)
+
+
+def test_state_round_trip_keeps_types(tmp_path):
+    obj = {
+        "state": {0: {"step": torch.tensor(3.0), "m": torch.randn(2, 3)}},
+        "groups": [{"betas": (0.9, 0.999), "params": [0], "lr": 1e-4, "x": None}],
+        "odd": [math.inf, -math.inf, True, "s", np.float32(2.5), np.arange(4, dtype=np.uint32)],
+        "__dunder": 1,
+    }
+    save_state(tmp_path / "s", obj)
+    back = load_state(tmp_path / "s")
+    assert set(back["state"]) == {0}
+    assert torch.equal(back["state"][0]["m"], obj["state"][0]["m"])
+    assert back["groups"][0]["betas"] == (0.9, 0.999)
+    assert back["odd"][:5] == [math.inf, -math.inf, True, "s", 2.5]
+    assert back["odd"][5].dtype == np.uint32 and list(back["odd"][5]) == [0, 1, 2, 3]
+    assert back["__dunder"] == 1
+    with pytest.raises(TypeError, match="plain data"):
+        save_state(tmp_path / "bad", {"f": print})
+
+
+# --------------------------------------------------------------- one writer
+HOLD = """
+import sys, time
+from rlid.runs.lock import RunLock
+RunLock(sys.argv[1], "holder test").acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(run)
+        start = time.perf_counter()
+        assert cli_main(["train", "--resume", str(run)]) == 2
+        assert time.perf_counter() - start < 20
+        err = capsys.readouterr().err
+        assert f"pid {holder.pid}" in err and "holder test" in err and "in use" in err
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died (kill -9): its lock is gone with it, and its record is taken over
+    with RunLock(run, "after"):
+        pass
+    assert "no longer running" in capsys.readouterr().err
+
+
+def test_two_concurrent_trainings_into_one_out(tmp_path):
+    out = tmp_path / "shared"
+    cmd = [sys.executable, "-m", "rlid", "train", "--env", "keydoor", "--quiet",
+           "--steps", "12", "--groups-per-iter", "2", "--group-size", "2", "--epochs", "1",
+           "--eval-episodes", "1", "--threads", "1", "--memory", "none", "--out", str(out)]  # fmt: skip
+    for k, v in TINY_ENV.items():
+        cmd += ["-o", f"{k}={v}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(cmd + ["--seed", str(s)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for s in (1, 2)
+    ]  # fmt: skip
+    results = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "in use by pid" in loser or "already holds files" in loser
+    saved = json.loads((out / "config.json").read_text())
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert saved["fingerprint"] == state["fingerprint"]  # one run's files, not a mix
+    winner_seed = saved["config"]["seed"]
+    assert all(r["iteration"] >= 1 for r in rundir.read_metrics(out))
+    assert winner_seed in (1, 2)
+
+
+def test_a_newer_writer_in_the_same_process_takes_over(tmp_path):
+    first = RunLock(tmp_path, "first").acquire()
+    second = RunLock(tmp_path, "second").acquire()
+    with pytest.raises(RunLockedError, match="taken over"):
+        first.check()
+    second.check()
+    second.release()
+    assert (tmp_path / ".rlid.lock").read_text() == ""
+
+
+def test_start_refuses_a_directory_another_run_filled(tmp_path):
+    out = tmp_path / "run"
+    log = RunLog.open(out, small_config(), resume=False)
+    out.mkdir()
+    (out / "config.json").write_text("{}")  # another run got there between open and start
+    with pytest.raises(ValueError, match="already holds files"):
+        log.start()
+    assert (out / "config.json").read_text() == "{}"
+
+
+# --------------------------------------------------------------- non-finite values
+@pytest.mark.parametrize("poison", ["loss", "params"])
+def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(
+    tmp_path, monkeypatch, poison
+):
+    real_update = trainer_mod.ppo_update
+    calls = {"n": 0}
+
+    def poisoned(policy, *args, **kwargs):
+        calls["n"] += 1
+        metrics = real_update(policy, *args, **kwargs)
+        if calls["n"] == 3:  # after two good checkpoints
+            with torch.no_grad():
+                for p in policy.model.parameters():
+                    p.fill_(math.nan)
+            if poison == "loss":
+                metrics["loss"] = math.nan
+        return metrics
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", poisoned)
+    out = tmp_path / "run"
+    with pytest.raises(NonFiniteError, match="last good checkpoint \\(iteration 2\\)"):
+        trainer_mod.train(small_config(steps=60, kl_coef=0.0), out, progress=False)
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == 2
+    model, _ = load_policy_model(str(out / "checkpoint" / "model"))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    logged = [r["iteration"] for r in rundir.read_metrics(out)]
+    # a NaN loss is never logged; NaN parameters are caught at the checkpoint after a
+    # finite loss was logged (a resume drops that row with the others past the checkpoint)
+    assert logged == ([1, 2] if poison == "loss" else [1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"lr": math.inf}, "'lr'.*finite"),
+        ({"ent_coef": math.nan}, "'ent_coef'.*finite"),
+        ({"lr": "fast"}, "'lr'.*must be a number"),
+        ({"group_size": 2.5}, "'group_size'.*whole number"),
+        ({"steps": True}, "'steps'.*whole number"),
+        ({"target_kl": math.nan}, "'target_kl'.*finite"),
+        ({"env": 3}, "'env'.*string"),
+    ],
+)
+def test_config_values_are_checked_by_type_naming_the_key(changes, key):
+    with pytest.raises(ValueError, match=key):
+        small_config(**changes)
+
+
+@pytest.mark.parametrize(
+    ("toml", "flags", "key"),
+    [
+        ("lr = inf\n", [], "'lr'"),
+        ("ent_coef = nan\n", [], "'ent_coef'"),
+        ('lr = "fast"\n', [], "'lr'"),
+        ("group_size = 2.5\n", [], "'group_size'"),
+        ("", ["--lr", "nan"], "'lr'"),
+        ("", ["--max-grad-norm", "inf"], "'max_grad_norm'"),
+    ],
+)
+def test_train_cli_refuses_non_finite_and_wrong_typed_values(tmp_path, capsys, toml, flags, key):
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    out = tmp_path / "run"
+    assert cli_main(["train", "--config", str(path), *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    assert not out.exists()
+
+
+# --------------------------------------------------------------- honest resume
+@pytest.mark.parametrize(
+    "piece",
+    ["state.json", "trainer_state.json", "trainer_state.safetensors", "model/model.safetensors"],
+)
+def test_resume_with_a_missing_checkpoint_piece_is_an_error(finished_run, tmp_path, capsys, piece):
+    run = copy_run(finished_run, tmp_path)
+    (run / "checkpoint" / piece).unlink()
+    before = snapshot(run)
+    assert cli_main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "missing" in err and "new run" in err
+    assert snapshot(run) == before  # never a silent restart from iteration 1
+
+
+def test_resume_without_any_checkpoint_after_progress_is_an_error(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    shutil.rmtree(run / "checkpoint")
+    assert cli_main(["train", "--resume", str(run)]) == 2
+    assert "checkpoint is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("piece", ["trainer_state.safetensors", "model/model.safetensors"])
+def test_a_truncated_safetensors_file_is_a_one_line_error(finished_run, tmp_path, capsys, piece):
+    run = copy_run(finished_run, tmp_path)
+    path = run / "checkpoint" / piece
+    path.write_bytes(path.read_bytes()[:100])
+    assert cli_main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    if piece.startswith("model/"):  # eval reads the model only
+        assert cli_main(["eval", "--run", str(run), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_corrupt_config_json_is_a_one_line_error(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    (run / "config.json").write_text('{"config": {"lr": ')
+    assert cli_main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "config.json is corrupt" in err and "Traceback" not in err
+
+
+def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    before = snapshot(run)
+    assert cli_main(["train", "--resume", str(run), "--lr", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--lr cannot change" in err and "--steps" in err
+    assert cli_main(["train", "--resume", str(run), "--steps", "4"]) == 2
+    assert "extend a run, not shorten" in capsys.readouterr().err
+    assert cli_main(["train", "--resume", str(run), "-o", "size=3"]) == 2
+    assert "--env-options cannot change" in capsys.readouterr().err
+    assert snapshot(run) == before
+
+
+def test_resume_with_a_larger_steps_extends_the_run(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    rows_before = rundir.read_metrics(run)
+    after_before = json.loads((run / "eval.json").read_text())["after"]
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 0
+    rows = rundir.read_metrics(run)
+    assert len(rows) > len(rows_before) and rows[-1]["budget"]["env_steps"] >= 40
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["config"]["steps"] == 40
+    (entry,) = saved["history"]
+    assert entry["changes"] == {"steps": [24, 40]} and entry["previous_after"] == after_before
+    assert "after" in json.loads((run / "eval.json").read_text())  # evaluated again
+    # the same value again is no change at all
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 0
+    assert len(json.loads((run / "config.json").read_text())["history"]) == 1
+
+
+def test_resume_refuses_when_the_starting_model_changed(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    pin = json.loads((run / "config.json").read_text())["start_model"]
+    assert pin["origin"] == "fresh"
+    # a warm-start cache appears after the run started: "tiny" now means other weights
+    model, tokenizer = load_policy_model("tiny", warm=False)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    save_policy_model(model, tokenizer, tiny_cache_dir())
+    try:
+        assert cli_main(["train", "--resume", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "different starting / reference weights" in err and "fresh random" in err
+    finally:
+        shutil.rmtree(tiny_cache_dir())
+
+
+# --------------------------------------------------------------- files
+def test_metrics_are_appended_not_rewritten(tmp_path):
+    log = RunLog.open(tmp_path / "run", small_config(), resume=False)
+    log.start()
+    log.append_metrics({"iteration": 1, "loss": 0.5})
+    inode = (tmp_path / "run" / "metrics.jsonl").stat().st_ino
+    log.append_metrics({"iteration": 2, "loss": torch.tensor(0.25)})
+    assert (tmp_path / "run" / "metrics.jsonl").stat().st_ino == inode  # same file, appended
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as fh:
+        fh.write('{"iteration": 3, "lo')  # a kill mid-append
+    assert rundir.read_metrics(tmp_path / "run") == [
+        {"iteration": 1, "loss": 0.5},
+        {"iteration": 2, "loss": 0.25},
+    ]
+    log.close()
+
+
+def test_run_files_follow_the_umask(finished_run):
+    # finished_run was written under umask 022 (mkstemp / mkdtemp alone give 0600 / 0700)
+    for path in [finished_run, *finished_run.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, monkeypatch):
+    real_update = trainer_mod.ppo_update
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # in the first iteration: no checkpoint yet
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", killed)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.train(small_config(steps=8), out, progress=False)
+    assert not (out / "checkpoint").exists() and (out / "config.json").exists()
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    trainer_mod.train(None, out, resume=True, progress=False)
+    rows = rundir.read_metrics(out)
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == len(rows)
+
+
+def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path, capsys):
+    flags = ["--env", "keydoor", "--steps", "80", "--groups-per-iter", "2", "--group-size", "2",
+             "--epochs", "1", "--eval-episodes", "1", "--threads", "1", "--memory", "none",
+             "--kl-coef", "0.1", "--quiet"]  # fmt: skip
+    for k, v in TINY_ENV.items():
+        flags += ["-o", f"{k}={v}"]
+    assert cli_main(["train", *flags, "--out", str(tmp_path / "full")]) == 0
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlid", "train", *flags, "--out", str(killed)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    state = killed / "checkpoint" / "state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if json.loads(state.read_text())["iteration"] >= 2:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    proc.kill()  # SIGKILL: no cleanup, the lock record stays behind
+    assert proc.wait() == -9, "the run finished before it could be killed"
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(killed), "--quiet"]) == 0
+    assert "no longer running" in capsys.readouterr().err  # the stale lock was taken over
+    full = load_policy_model(str(tmp_path / "full" / "checkpoint" / "model"))[0].state_dict()
+    resumed = load_policy_model(str(killed / "checkpoint" / "model"))[0].state_dict()
+    for key, value in full.items():
+        assert torch.equal(value, resumed[key]), key
