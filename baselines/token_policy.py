@@ -11,6 +11,9 @@ env verbatim: a no-op step with ``info["invalid_action"]``.
 Each call returns one :class:`Generation` per env with the token ids and the two
 rollout-time log-probs the update needs (DESIGN §6):
 
+Both are log-probs of the behaviour event: softmax(logits / T) at the sampling
+temperature T (kept in ``Generation.temperature``; the update re-scores at it).
+
 * ``logp_rollout`` — log μ per completion token, from the engine;
 * ``logp_old``     — log π_old per completion token, the trainer model at rollout
   time. For the ``trainer`` engine it is the same number, copied; for any other
@@ -20,6 +23,8 @@ rollout-time log-probs the update needs (DESIGN §6):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
+from rlid.policy import chunks
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Generation:
     logp_old: list[float]  # log π_old per completion token (trainer at rollout time)
     stopped: bool  # ended on a stop token (False: cut at max_new_tokens)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. "logp_ref" (trainer)
+    temperature: float = 1.0  # sampled from softmax(logits / T); logp_* are of that event
 
     @property
     def num_tokens(self) -> int:
@@ -73,6 +80,8 @@ class TokenPolicy:
         engine: RolloutEngine | None = None,
         budget: Budget | None = None,
         timers: Timers | None = None,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        micro_batch_size: int | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -85,6 +94,8 @@ class TokenPolicy:
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
         self.stop_ids = stop_token_ids(tokenizer, COMMAND_END)
+        self.autocast = autocast
+        self.micro_batch_size = micro_batch_size  # most prompts per generate call
 
     def prompt_ids(
         self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
@@ -110,20 +121,28 @@ class TokenPolicy:
         del rng  # the token plane has no menu to shuffle
         with self.timers.time("menu"):
             prompt_ids = self.prompt_ids(observations, infos, memory_texts)
+        completion_ids: list[list[int]] = []
+        logp_rollout: list[list[float]] = []
         with self.timers.time("generate"):
-            completion_ids, logp_rollout = self.engine.generate(
-                prompt_ids, self.max_new_tokens, generator, self.stop_ids,
-                temperature=temperature, greedy=greedy,
-            )  # fmt: skip
+            for part in chunks(len(prompt_ids), self.micro_batch_size):
+                part_ids, part_logps = self.engine.generate(
+                    prompt_ids[part], self.max_new_tokens, generator, self.stop_ids,
+                    temperature=temperature, greedy=greedy,
+                )  # fmt: skip
+                completion_ids += part_ids
+                logp_rollout += part_logps
         if self.engine.same_as_trainer:
             logp_old = [list(row) for row in logp_rollout]
         else:
             with self.timers.time("forward"), torch.no_grad():
-                logp, mask, _ = completion_logprobs(
-                    self.model, prompt_ids, completion_ids, self.pad_id
-                )
-            logp_old = [logp[b][mask[b]].tolist() for b in range(len(prompt_ids))]
-            self.budget.forward_passes += 1
+                logp_old = []
+                for part in chunks(len(prompt_ids), self.micro_batch_size):
+                    logp, mask, _ = completion_logprobs(
+                        self.model, prompt_ids[part], completion_ids[part], self.pad_id,
+                        temperature=temperature, autocast=self.autocast,
+                    )  # fmt: skip
+                    logp_old += [logp[b][mask[b]].tolist() for b in range(len(logp))]
+            self.budget.forward_passes += len(chunks(len(prompt_ids), self.micro_batch_size))
             self.budget.tokens_processed += sum(map(len, prompt_ids)) + sum(
                 map(len, completion_ids)
             )
@@ -144,13 +163,17 @@ class TokenPolicy:
                     logp_rollout=logp_rollout[b],
                     logp_old=logp_old[b],
                     stopped=stopped,
+                    temperature=temperature,
                 )
             )
         generated = sum(map(len, completion_ids))
         self.budget.decisions += len(records)
         self.budget.generated_samples += len(records)
         self.budget.generated_tokens += generated
-        # KV-cached decoding: one batched forward per generated position
-        self.budget.forward_passes += max(map(len, completion_ids))
+        # KV-cached decoding: one batched forward per generated position (per chunk)
+        self.budget.forward_passes += sum(
+            max(map(len, completion_ids[part]))
+            for part in chunks(len(completion_ids), self.micro_batch_size)
+        )
         self.budget.tokens_processed += sum(map(len, prompt_ids)) + generated
         return records

@@ -36,9 +36,11 @@ AdamW. Evaluation samples greedily from the trainer's own model (not the engine)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,6 +48,7 @@ from torch import Tensor
 
 from baselines.engine import completion_logprobs, make_engine
 from baselines.losses import (
+    aggregation_normaliser,
     group_advantages,
     nonzero_variance_groups,
     overlong_penalty,
@@ -55,18 +58,23 @@ from baselines.token_policy import Generation, TokenPolicy
 from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.hardware import Precision, Stepper, train_mode_without_dropout
 from rlid.lora import load_run_model
 from rlid.names import AdvantageScale
+from rlid.policy import chunks
+from rlid.ppo import minibatches
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.log import RunLog
 from rlid.trainer import (
     begin_run,
+    close_envs,
     end_iteration,
     finish_run,
     iteration_rngs,
     make_envs,
     make_reset_seeds,
     reference_model,
+    setup_hardware,
 )
 
 
@@ -203,12 +211,14 @@ def right_aligned(rows: Sequence[Sequence[float]], width: int) -> Tensor:
 def attach_reference_logprobs(
     ref_model: torch.nn.Module, completions: list[Generation], *, pad_id: int, chunk: int
 ) -> None:
-    """Store log π_ref per completion token in ``extra["logp_ref"]`` (for the k3 KL)."""
+    """Store log π_ref per completion token in ``extra["logp_ref"]`` (for the k3 KL), at
+    the temperature each completion was sampled at (the same event as ``logp``)."""
     for start in range(0, len(completions), chunk):
         batch = completions[start : start + chunk]
         logp, mask, _ = completion_logprobs(
-            ref_model, [g.prompt_ids for g in batch], [g.completion_ids for g in batch], pad_id
-        )
+            ref_model, [g.prompt_ids for g in batch], [g.completion_ids for g in batch], pad_id,
+            temperature=batch_temperature(batch),
+        )  # fmt: skip
         for b, g in enumerate(batch):
             g.extra["logp_ref"] = logp[b][mask[b]].tolist()
 
@@ -238,57 +248,134 @@ def token_update(
     pad_id: int,
     budget: Budget,
     timers: Timers,
+    scaler: torch.amp.GradScaler | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> dict[str, float]:
-    """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics."""
+    """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
+
+    Each minibatch is one optimizer step, computed in micro-batches of
+    ``config.micro_batch_size`` completions whose gradients accumulate; every
+    micro-batch divides by the *minibatch's* ``aggregation_normaliser`` (token count,
+    sequence count or B·max_len), so the step equals the one-batch step. Minibatches
+    whose advantages are all zero are skipped: the k3 KL alone would get a full-size
+    AdamW step. Metrics are micro-batch means weighted by their share of sequences.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
-    if completions and not bool(advantages.any()) and config.beta == 0:
+    if completions and not bool(advantages.any()):
         # Nothing to learn from (every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum.
         return {"skipped_update": 1.0}
+    stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
+    micro = config.micro_batch_size or config.minibatch_size
     rows: list[dict[str, float]] = []
+    skipped = 0
     stop = False
-    for _ in range(config.epochs if completions else 0):
-        order = rng.permutation(len(completions))
-        for start in range(0, len(completions), config.minibatch_size):
-            idx = order[start : start + config.minibatch_size]
-            batch = [completions[i] for i in idx]
-            prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
-            with timers.time("forward"):
-                logp, mask, _ = completion_logprobs(model, prompts, outputs, pad_id)  # (B, C)
-            width = mask.shape[1]
-            logp_ref = None
-            if config.beta > 0:
-                logp_ref = right_aligned([g.extra["logp_ref"] for g in batch], width)
-            with timers.time("backward"):
-                loss, metrics = token_policy_loss(
-                    logp,
-                    right_aligned([g.logp_old for g in batch], width),
-                    advantages[idx],
-                    mask,
-                    variant=config.algo,
-                    max_len=config.max_new_tokens,
-                    logp_rollout=right_aligned([g.logp_rollout for g in batch], width),
-                    mismatch=config.mismatch,
-                    logp_ref=logp_ref,
-                    beta=config.beta,
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-            budget.optimizer_steps += 1
-            budget.forward_passes += 1
-            budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
-            metrics = {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
-            rows.append({k: float(v) for k, v in metrics.items()})
-            if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
-                stop = True
+    with train_mode_without_dropout(model, enabled=config.gradient_checkpointing):
+        for _ in range(config.epochs if completions else 0):
+            order = rng.permutation(len(completions))
+            for idx in minibatches(order, config.minibatch_size):
+                if not bool(advantages[idx].any()):
+                    skipped += 1
+                    continue
+                lengths = torch.tensor([completions[i].num_tokens for i in idx])
+                normaliser = aggregation_normaliser(config.algo, lengths, config.max_new_tokens)
+                stepper.zero_grad()
+                parts: list[tuple[float, dict[str, float]]] = []
+                for part in chunks(len(idx), micro):
+                    sub = idx[part]
+                    metrics = _token_micro_step(
+                        model, [completions[i] for i in sub], advantages[sub], normaliser,
+                        config=config, pad_id=pad_id, stepper=stepper, budget=budget,
+                        timers=timers, autocast=autocast,
+                    )  # fmt: skip
+                    parts.append((len(sub) / len(idx), metrics))
+                with timers.time("backward"):
+                    grad_norm = stepper.step()
+                budget.optimizer_steps += 1
+                rows.append(_combine_micro_metrics(parts))
+                rows[-1]["grad_norm"] = float(grad_norm)
+                if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
+                    stop = True
+                    break
+            if stop:
                 break
-        if stop:
-            break
     out = _reduce(rows)
     out["early_stop"] = float(stop)
+    if skipped:
+        out["skipped_minibatches"] = float(skipped)
     return out
+
+
+def _token_micro_step(
+    model: torch.nn.Module,
+    batch: list[Generation],
+    advantages: Tensor,
+    normaliser: Tensor,
+    *,
+    config: TrainConfig,
+    pad_id: int,
+    stepper: Stepper,
+    budget: Budget,
+    timers: Timers,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> dict[str, float]:
+    """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``."""
+    prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
+    temperature = batch_temperature(batch)
+    with timers.time("forward"):
+        logp, mask, _ = completion_logprobs(
+            model, prompts, outputs, pad_id, temperature=temperature, autocast=autocast
+        )  # (B, C) float32 on the model's device
+    device, width = logp.device, mask.shape[1]
+
+    def aligned(rows: Sequence[Sequence[float]]) -> Tensor:
+        return right_aligned(rows, width).to(device)
+
+    logp_ref = aligned([g.extra["logp_ref"] for g in batch]) if config.beta > 0 else None
+    with timers.time("backward"):
+        loss, metrics = token_policy_loss(
+            logp,
+            aligned([g.logp_old for g in batch]),
+            advantages.to(device=device, dtype=torch.float32),
+            mask,
+            variant=config.algo,
+            max_len=config.max_new_tokens,
+            logp_rollout=aligned([g.logp_rollout for g in batch]),
+            mismatch=config.mismatch,
+            logp_ref=logp_ref,
+            beta=config.beta,
+            normaliser=normaliser.to(device),
+        )
+        stepper.backward(loss)
+    budget.forward_passes += 1
+    budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
+    return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}
+
+
+def _combine_micro_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """One minibatch's metrics from its micro-batches: the loss adds up (each is already
+    divided by the minibatch's normaliser); means are weighted by the share of
+    sequences; ``*_min`` / ``*_max`` keep the extreme."""
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for _, row in parts for k in row):
+        items = [(w, row[key]) for w, row in parts if key in row]
+        if key == "loss":
+            out[key] = sum(v for _, v in items)
+        elif key.endswith("_min"):
+            out[key] = min(v for _, v in items)
+        elif key.endswith("_max"):
+            out[key] = max(v for _, v in items)
+        else:
+            out[key] = sum(w * v for w, v in items) / sum(w for w, _ in items)
+    return out
+
+
+def batch_temperature(batch: Sequence[Generation]) -> float:
+    """The sampling temperature shared by a batch of completions (re-scored at it)."""
+    temps = {g.temperature for g in batch}
+    if len(temps) != 1:
+        raise ValueError(f"completions sampled at different temperatures {sorted(temps)}")
+    return temps.pop()
 
 
 def sample_stats(result: TokenRollout, config: TrainConfig) -> dict[str, float]:
@@ -319,23 +406,28 @@ def train_token(
     config = log.config
     if config.plane != "token":
         raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
-    torch.set_num_threads(config.threads)
+    Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
 
     model, tokenizer = load_run_model(config, log)
+    model, precision, scaler = setup_hardware(config, model)
     model.eval()  # no dropout: rollouts and updates see the same function
     pad_id = tokenizer.pad_token_id
     engine = make_engine(
-        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed
-    )
+        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed,
+        autocast=precision.autocast,
+    )  # fmt: skip
     policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
-        engine=engine, budget=budget, timers=timers,
+        engine=engine, budget=budget, timers=timers, autocast=precision.autocast,
+        micro_batch_size=config.micro_batch_size,
     )  # fmt: skip
     eval_policy = TokenPolicy(
-        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens
-    )
+        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
+        engine=make_engine("trainer", model, pad_id, autocast=precision.autocast),
+        autocast=precision.autocast,
+    )  # fmt: skip
     train_envs = make_envs(config, "train", config.episodes_per_iter)
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
 
@@ -363,13 +455,15 @@ def train_token(
         completions, advantages = token_advantages(result.kept, config)
         if ref_model is not None:
             attach_reference_logprobs(
-                ref_model, completions, pad_id=pad_id, chunk=config.minibatch_size
-            )
+                ref_model, completions, pad_id=pad_id,
+                chunk=config.micro_batch_size or config.minibatch_size,
+            )  # fmt: skip
 
         # 3. update
         update = token_update(
             model, completions, advantages, config=config, optimizer=optimizer, rng=rng,
-            pad_id=pad_id, budget=budget, timers=timers,
+            pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
+            autocast=precision.autocast,
         )  # fmt: skip
 
         # 4. logging, evaluation, checkpoint
@@ -383,4 +477,5 @@ def train_token(
                             optimizer=optimizer),
         )  # fmt: skip
     finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config)
+    close_envs(train_envs, eval_envs)
     return log

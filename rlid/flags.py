@@ -7,7 +7,7 @@ here: one ``--field-name`` per field, its help from ``field.metadata["help"]``
 ``nargs`` from the type hint:
 
 * ``Literal[...]``      -> ``choices``;
-* ``bool``              -> ``true/false/yes/no/1/0``;
+* ``bool``              -> ``true/false/yes/no/1/0``, or the bare flag for true;
 * ``X | None``          -> ``X``;
 * ``tuple[X, ...]``     -> ``nargs="+"`` of ``X`` (values are turned back into a tuple);
 * anything else         -> the type itself (``int``, ``float``, ``str``, ``Path``).
@@ -87,6 +87,8 @@ def add_dataclass_arguments(
             default = None
         if "choices" not in kwargs and "metavar" not in kwargs and dest_prefix:
             kwargs["metavar"] = f.name.upper()
+        if kwargs.get("type") is parse_bool and "nargs" not in kwargs:
+            kwargs.update(nargs="?", const=True)  # a bare --flag means true; a value still parses
         names = [flag_name(f.name), *meta.get("aliases", ())]
         parser.add_argument(
             *names,

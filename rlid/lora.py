@@ -67,14 +67,27 @@ def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     return wrapped.eval()
 
 
+def load_dtype(config: Any) -> torch.dtype:
+    """The dtype to load weights in: the run's weight dtype, except float32 for a fully
+    trained model under mixed precision (its master weights); loading in the final dtype
+    avoids a transient float32 copy of a large model."""
+    from rlid.hardware import DTYPES
+
+    dtype_name = getattr(config, "dtype", "float32")
+    if getattr(config, "mixed_precision", "none") != "none" and config.lora_rank == 0:
+        return torch.float32
+    return DTYPES[dtype_name]
+
+
 def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
     """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
     from rlid.models import load_policy_model
 
+    dtype = load_dtype(config)
     if config.lora_rank == 0:
         source = log.checkpoint_model_dir() if log.resuming else config.model
-        return load_policy_model(str(source))
-    model, tokenizer = load_policy_model(str(config.model))
+        return load_policy_model(str(source), dtype=dtype)
+    model, tokenizer = load_policy_model(str(config.model), dtype=dtype)
     if not log.resuming:
         return apply_lora(model, config), tokenizer
     return attach_adapters(model, log.checkpoint_model_dir()), tokenizer

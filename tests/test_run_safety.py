@@ -42,7 +42,7 @@ def small_config(**changes) -> TrainConfig:
     base = dict(
         env="keydoor", env_options=dict(TINY_ENV), steps=24, groups_per_iter=2, group_size=2,
         epochs=1, minibatch_size=8, eval_episodes=2, threads=1, kl_coef=0.1,
-        interface=Interface(memory="none"),
+        checkpoint_every=1, interface=Interface(memory="none"),
     )  # fmt: skip
     base.update(changes)
     return TrainConfig(**base)

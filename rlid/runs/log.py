@@ -34,7 +34,11 @@ from rlid.runs.trackers import RunTrackers
 
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
 # watched, not what any iteration computes. Anything else is refused.
-RESUME_CHANGEABLE = ("steps", "threads", "checkpoint_every", "eval_every")
+RESUME_CHANGEABLE = (
+    "steps", "threads", "checkpoint_every", "eval_every",
+    # hardware: where and how, not what (dtype and mixed precision change the numbers)
+    "device", "env_workers", "keep_checkpoints", "gradient_checkpointing", "ref_offload",
+)  # fmt: skip
 
 
 class NonFiniteError(ValueError):
@@ -230,7 +234,7 @@ class RunLog:
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
-            optimizer=optimizer, state=state,
+            optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
         )  # fmt: skip
 
     def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
