@@ -116,6 +116,11 @@ class TrainConfig:
     eval_episodes: int = _f(16, "held-out episodes evaluated before and after training")
     eval_every: int = _f(0, "also evaluate every N iterations (0: only before and after)")
     checkpoint_every: int = _f(1, "write a checkpoint every N iterations")
+    dist_timeout: float = _f(
+        300.0,
+        "multi-process runs (torchrun): seconds a collective waits for the other processes "
+        "before the run fails with a clear error",
+    )
 
     interface: Interface = field(
         default_factory=Interface, metadata={"help": "what the policy sees (menus.Interface)"}
@@ -133,7 +138,7 @@ class TrainConfig:
         for name in positive + ("threads", "max_new_tokens", "max_gen_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "clip_eps", "max_grad_norm", "temperature"):
+        for name in ("lr", "clip_eps", "max_grad_norm", "temperature", "dist_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",

@@ -27,15 +27,18 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
+from rlid import distributed as dist_
 from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
-from rlid.lora import AdapterDisabled, load_run_model
+from rlid.distributed import World
+from rlid.lora import AdapterDisabled, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead
 from rlid.ppo import decision_ppo_loss
 from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
+from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog
 
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
@@ -95,6 +98,67 @@ def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], li
     return seeds, groups
 
 
+def group_rngs(
+    seed: int, iteration: int, group: int, round_: int = 0
+) -> tuple[np.random.Generator, torch.Generator]:
+    """The sampling randomness of one group: from (seed, iteration, group), never the rank."""
+    rng = np.random.default_rng([seed, iteration, 4, round_, group])
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    return rng, gen
+
+
+def play_groups(
+    env_list: list[Any],
+    policy: Any,
+    seeds: list[int],
+    groups: list[int],
+    *,
+    config: TrainConfig,
+    iteration: int,
+    world: World,
+    round_: int = 0,
+    budget: Budget,
+    timers: Timers,
+) -> list[Episode]:
+    """Play this rank's groups (g mod world size == rank), each with its own randomness.
+
+    ``seeds`` / ``groups`` list every episode of the iteration (all ranks). A group's
+    episodes run in lockstep with their own generators, so the episodes do not depend
+    on which process plays them or which other groups it plays.
+    """
+    mine = set(world.my_groups(max(groups) + 1 if groups else 0))
+    episodes: list[Episode] = []
+    for g in dict.fromkeys(groups):
+        if g not in mine:
+            continue
+        group_seeds = [s for s, h in zip(seeds, groups) if h == g]
+        rng, gen = group_rngs(config.seed, iteration, g, round_)
+        episodes += collect_episodes(
+            env_list[: len(group_seeds)], policy, group_seeds, [g] * len(group_seeds),
+            interface=config.interface, rng=rng, generator=gen,
+            temperature=config.temperature, budget=budget, timers=timers,
+        )  # fmt: skip
+    return episodes
+
+
+def gathered_episode_stats(
+    episodes: list[Episode], world: World, extra: Callable[[Episode], Any] | None = None
+) -> tuple[dict[str, float], list[Any]]:
+    """``episode_stats`` over all ranks' episodes (in group order, as one process has them).
+
+    ``extra(e)`` is gathered per episode alongside (e.g. per-decision rollout entropy).
+    """
+    if not world.distributed:
+        return episode_stats(episodes), [extra(e) for e in episodes] if extra else []
+    light = [
+        (e.group, Episode(**{**e.__dict__, "decisions": []}), extra(e) if extra else None)
+        for e in episodes
+    ]
+    everyone = [item for part in dist_.gather_objects(light, world) for item in part]
+    everyone.sort(key=lambda item: item[0])  # stable: episode order within a group kept
+    return episode_stats([item[1] for item in everyone]), [item[2] for item in everyone]
+
+
 def compute_advantages(
     episodes: list[Episode], config: TrainConfig
 ) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
@@ -133,37 +197,59 @@ def evaluate(
     interface: Any,
     seed: int = 0,
     greedy: bool = True,
+    world: World = World(),
 ) -> dict[str, float]:
-    """Success rate, return and length on ``episodes`` held-out games (greedy by default)."""
+    """Success rate, return and length on ``episodes`` held-out games (greedy by default).
+
+    With several processes, episode i is played by rank i mod N and the statistics are
+    gathered (the same games; with shuffled menus the shuffle differs from one process).
+    """
     if episodes == 0:
         return {}
     # Evaluation is not training spend: count it in a throwaway budget.
     saved = (policy.budget, policy.timers)
     policy.budget, policy.timers = Budget(), Timers()
     try:
-        return _evaluate(policy, env_list, episodes, interface=interface, seed=seed, greedy=greedy)
+        mine = list(range(world.rank, episodes, world.size))
+        done = _evaluate(policy, env_list, mine, interface=interface, seed=seed, greedy=greedy)
     finally:
         policy.budget, policy.timers = saved
+    stats, _ = gathered_episode_stats(done, world)
+    stats["episodes"] = episodes
+    return stats
 
 
 def _evaluate(
-    policy: Any, env_list: list[Any], episodes: int, *, interface: Any, seed: int, greedy: bool
-) -> dict[str, float]:
+    policy: Any,
+    env_list: list[Any],
+    indices: list[int],
+    *,
+    interface: Any,
+    seed: int,
+    greedy: bool,
+) -> list[Episode]:
     done: list[Episode] = []
-    start = 0
-    while start < episodes:
-        n = min(len(env_list), episodes - start)
-        seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
-        rng, gen = iteration_rngs(seed, start, stream=1)
+    for start in range(0, len(indices), len(env_list)):
+        chunk = indices[start : start + len(env_list)]
+        seeds = [EVAL_SEED_BASE + i for i in chunk]
+        rng, gen = iteration_rngs(seed, chunk[0], stream=1)
         with torch.no_grad():
-            done += collect_episodes(
-                env_list[:n], policy, seeds, list(range(n)), interface=interface,
+            played = collect_episodes(
+                env_list[: len(chunk)], policy, seeds, chunk, interface=interface,
                 rng=rng, generator=gen, greedy=greedy,
             )  # fmt: skip
-        start += n
-    stats = episode_stats(done)
-    stats["episodes"] = len(done)
-    return stats
+        done += played
+    return done
+
+
+def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
+    """The per-minibatch metrics of ``ppo_update``, known before any forward pass."""
+    names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
+    names += ["kl_ref"] if config.kl_coef > 0 else []
+    names += ["label_mass"]
+    names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
+    names += ["value_loss"] if policy.value_head is not None else []
+    return names + ["loss"]
 
 
 def ppo_update(
@@ -178,10 +264,19 @@ def ppo_update(
     rng: np.random.Generator,
     budget: Budget,
     timers: Timers,
+    world: World = World(),
+    owner: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """PPO epochs x minibatches over one iteration's decisions; returns mean metrics."""
+    """PPO epochs x minibatches over one iteration's decisions; returns mean metrics.
+
+    ``owner`` maps the global decision list (all ranks, groups in order) to indices
+    into ``decisions`` (-1: held by another rank; default: this process holds all).
+    Minibatches are drawn over the global list; each rank's loss is its members' sum
+    divided by the global minibatch size, and gradients are summed over ranks.
+    """
+    owner = np.arange(len(decisions)) if owner is None else owner
     if (
-        not bool(advantages.any())
+        not dist_.any_rank(bool(advantages.any()), world)
         and policy.value_head is None
         and config.ent_coef == 0
         and config.kl_coef == 0
@@ -192,62 +287,91 @@ def ppo_update(
         return {"skipped_update": 1.0}
     logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
     actions = torch.tensor([d.chosen for d in decisions])  # (N,)
+    names = update_metric_names(config, policy)
     sums: dict[str, float] = {}
     count = 0
     stop = False
     for _ in range(config.epochs):
-        order = rng.permutation(len(decisions))
-        for start in range(0, len(decisions), config.minibatch_size):
-            idx = order[start : start + config.minibatch_size]
-            batch = [decisions[i] for i in idx]
-            with timers.time("forward"):
-                logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d)
-            ref = None
-            if config.kl_coef > 0:
-                ref_rows = [d.extra["logp_ref_all"] for d in batch]
-                ref = torch.full_like(logp_all, float("-inf"))
-                for b, row in enumerate(ref_rows):
-                    ref[b, : len(row)] = torch.tensor(row)
+        order = rng.permutation(len(owner))
+        for start in range(0, len(owner), config.minibatch_size):
+            members = owner[order[start : start + config.minibatch_size]]
+            idx = members[members >= 0]  # the members this rank holds
+            share = len(idx) / len(members)  # the global normaliser: / len(members)
+            optimizer.zero_grad(set_to_none=True)
+            local = dict.fromkeys(names, 0.0)
+            if len(idx):
+                loss, metrics = _minibatch_loss(
+                    policy, [decisions[i] for i in idx], actions[idx], logp_old[idx],
+                    advantages[idx], targets[idx], config=config, timers=timers,
+                )  # fmt: skip
+                with timers.time("backward"):
+                    (loss * share).backward()
+                local = {k: float(metrics[k]) * share for k in names[:-1]}
+                local["loss"] = float(loss.detach()) * share
             with timers.time("backward"):
-                loss, metrics = decision_ppo_loss(
-                    logp_all,
-                    actions[idx],
-                    logp_old[idx],
-                    advantages[idx],
-                    clip_eps=config.clip_eps,
-                    ent_coef=config.ent_coef,
-                    logp_ref_all=ref,
-                    kl_coef=config.kl_coef,
-                    label_mass=label_mass,
-                )
-                if config.label_mass_coef > 0:
-                    # The label softmax is blind to a shift of all label logits, so nothing
-                    # else holds the LM's mass on the labels (leakage grows at high lr).
-                    mass_loss = -torch.log(label_mass.clamp_min(1e-12)).mean()
-                    loss = loss + config.label_mass_coef * mass_loss
-                    metrics = {**metrics, "label_mass_loss": mass_loss.detach()}
-                if policy.value_head is not None:
-                    value = policy.value_head(hidden)  # (B,)
-                    value_loss = 0.5 * (value - targets[idx]).pow(2).mean()
-                    loss = loss + config.vf_coef * value_loss
-                    metrics = {**metrics, "value_loss": value_loss.detach()}
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                dist_.reduce_gradients(params, world)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 optimizer.step()
             budget.optimizer_steps += 1
-            metrics = {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
+            reduced = dist_.all_sum([local[k] for k in names], world)
+            metrics = {k: float(v) for k, v in zip(names, reduced)}
+            metrics["grad_norm"] = float(grad_norm)
             for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+                sums[k] = sums.get(k, 0.0) + v
             count += 1
-            if config.target_kl is not None and float(metrics["approx_kl"]) > config.target_kl:
-                stop = True
+            if config.target_kl is not None and metrics["approx_kl"] > config.target_kl:
+                stop = True  # the all-reduced KL: every rank stops at the same step
                 break
         if stop:
             break
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out["early_stop"] = float(stop)
     return out
+
+
+def _minibatch_loss(
+    policy: MenuPolicy,
+    batch: list[Decision],
+    actions: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    config: TrainConfig,
+    timers: Timers,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of one minibatch (its mean over ``batch``) and its metrics."""
+    with timers.time("forward"):
+        logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d)
+    ref = None
+    if config.kl_coef > 0:
+        ref = torch.full_like(logp_all, float("-inf"))
+        for b, row in enumerate(d.extra["logp_ref_all"] for d in batch):
+            ref[b, : len(row)] = torch.tensor(row)
+    with timers.time("backward"):
+        loss, metrics = decision_ppo_loss(
+            logp_all,
+            actions,
+            logp_old,
+            advantages,
+            clip_eps=config.clip_eps,
+            ent_coef=config.ent_coef,
+            logp_ref_all=ref,
+            kl_coef=config.kl_coef,
+            label_mass=label_mass,
+        )
+        if config.label_mass_coef > 0:
+            # The label softmax is blind to a shift of all label logits, so nothing
+            # else holds the LM's mass on the labels (leakage grows at high lr).
+            mass_loss = -torch.log(label_mass.clamp_min(1e-12)).mean()
+            loss = loss + config.label_mass_coef * mass_loss
+            metrics = {**metrics, "label_mass_loss": mass_loss.detach()}
+        if policy.value_head is not None:
+            value = policy.value_head(hidden)  # (B,)
+            value_loss = 0.5 * (value - targets).pow(2).mean()
+            loss = loss + config.vf_coef * value_loss
+            metrics = {**metrics, "value_loss": value_loss.detach()}
+    return loss, metrics
 
 
 def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:
@@ -260,7 +384,7 @@ def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) ->
 
     if config.lora_rank > 0:
         return AdapterDisabled(model)
-    start_model = load_policy_model(str(config.model))[0] if log.resuming else model
+    start_model = own_memory(load_policy_model(str(config.model))[0]) if log.resuming else model
     return copy.deepcopy(start_model).eval().requires_grad_(False)
 
 
@@ -274,14 +398,26 @@ def begin_run(
     budget: Budget,
     eval_policy: Any,
     eval_envs: list[Any],
+    world: World = World(),
 ) -> int:
     """Write the run directory, then restore a checkpoint (returning its iteration) or
-    evaluate the starting policy on held-out games (returning 0)."""
+    evaluate the starting policy on held-out games (returning 0).
+
+    Every rank starts from rank 0's parameters (a no-op in one process).
+    """
+    dist_.barrier(world)  # every rank has checked the directory before rank 0 writes it
     log.start()
     if log.resuming:
-        return log.restore(value_head=value_head, optimizer=optimizer, budget=budget)
+        iteration = log.restore(
+            value_head=value_head, optimizer=optimizer, budget=budget, world=world
+        )
+        dist_.broadcast_parameters([model, value_head], world)
+        return iteration
+    dist_.broadcast_parameters([model, value_head], world)
     log.write_origin(getattr(model, "rlid_origin", str(config.model)))
-    before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+    before = evaluate(
+        eval_policy, eval_envs, config.eval_episodes, interface=config.interface, world=world
+    )
     log.write_eval("before", before)
     return 0
 
@@ -298,31 +434,48 @@ def end_iteration(
     eval_envs: list[Any],
     bar: Any,
     checkpoint: dict[str, Any],
+    world: World = World(),
 ) -> None:
-    """Log one iteration's row (time split, budget, optional eval) and checkpoint."""
-    row["time"] = timers.pop()
+    """Log one iteration's row (time split, budget, optional eval) and checkpoint.
+
+    ``budget`` is already the global one (``rlid.distributed.reduce_budget``); the time
+    split is the mean over ranks.
+    """
+    row["time"] = dist_.mean_timers(timers.pop(), world)
     row["budget"] = budget.to_dict()
     if config.eval_every and iteration % config.eval_every == 0:
         row["eval"] = evaluate(
-            eval_policy, eval_envs, config.eval_episodes, interface=config.interface
-        )
+            eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
+            world=world,
+        )  # fmt: skip
     log.append_metrics(row)
     spent = budget.get(config.budget_currency)
     if iteration % config.checkpoint_every == 0 or spent >= config.steps:
-        log.checkpoint(**checkpoint, iteration=iteration, budget=budget)
+        rng_states = dist_.gather_objects(rng_state(), world)
+        log.checkpoint(**checkpoint, iteration=iteration, budget=budget, rng_states=rng_states)
     bar.advance_to(spent)
     bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
 
 
 def finish_run(
-    log: RunLog, bar: Any, *, eval_policy: Any, eval_envs: list[Any], config: TrainConfig
+    log: RunLog,
+    bar: Any,
+    *,
+    eval_policy: Any,
+    eval_envs: list[Any],
+    config: TrainConfig,
+    world: World = World(),
 ) -> None:
     """Held-out evaluation after training (once, also across resumes), curves, summary."""
     bar.close()
-    if not log.has_eval("after"):
-        after = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+    if dist_.any_rank(not log.has_eval("after"), world):
+        after = evaluate(
+            eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
+            world=world,
+        )  # fmt: skip
         log.write_eval("after", after)
     log.finish()
+    dist_.barrier(world)  # the run directory is complete when any rank returns
 
 
 def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
@@ -351,8 +504,10 @@ def train(
     :class:`DecisionPolicy` or the scoring plane's policy).
     """
 
-    log = RunLog.open(Path(out), config, resume=resume)
+    world = dist_.init(config.dist_timeout if config is not None else 300.0)
+    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
+    world.check_groups(config.groups_per_iter)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
@@ -364,7 +519,7 @@ def train(
     policy = make_policy(
         model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers
     )
-    train_envs = make_envs(config, "train", config.episodes_per_iter)
+    train_envs = make_envs(config, "train", config.group_size)
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
     preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
 
@@ -378,20 +533,21 @@ def train(
 
     iteration = begin_run(
         log, config, model=model, value_head=value_head, optimizer=optimizer, budget=budget,
-        eval_policy=policy, eval_envs=eval_envs,
+        eval_policy=policy, eval_envs=eval_envs, world=world,
     )  # fmt: skip
 
-    bar = log.progress_bar(config, budget, enabled=progress)
+    bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
     while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
-        rng, gen = iteration_rngs(config.seed, iteration)
+        spent_before = budget.to_dict()
+        rng, _ = iteration_rngs(config.seed, iteration)
 
-        # 1. rollout: groups_per_iter games, each played group_size times
+        # 1. rollout: groups_per_iter games (this rank's share), each played group_size times
         seeds, groups = make_reset_seeds(config, iteration)
-        episodes = collect_episodes(
-            train_envs, policy, seeds, groups, interface=config.interface, rng=rng,
-            generator=gen, temperature=config.temperature, budget=budget, timers=timers,
+        episodes = play_groups(
+            train_envs, policy, seeds, groups, config=config, iteration=iteration, world=world,
+            budget=budget, timers=timers,
         )  # fmt: skip
         if ref_policy is not None:
             for e in episodes:
@@ -403,22 +559,32 @@ def train(
         # 2. advantages
         decisions, advantages, targets = compute_advantages(episodes, config)
 
-        # 3. PPO update
+        # 3. PPO update (minibatches over the global decision list)
+        counts = {g: 0 for g in world.my_groups(config.groups_per_iter)}
+        for e in episodes:
+            counts[e.group] += e.length
+        owner = dist_.global_index(counts, config.groups_per_iter, world)
         update = ppo_update(
             policy, decisions, advantages, targets, config=config, optimizer=optimizer,
-            params=params, rng=rng, budget=budget, timers=timers,
+            params=params, rng=rng, budget=budget, timers=timers, world=world, owner=owner,
         )  # fmt: skip
 
-        # 4. logging, evaluation, checkpoint
+        # 4. logging, evaluation, checkpoint (statistics over all ranks)
         budget.wall_time += time.perf_counter() - t0
-        row = {"iteration": iteration, **episode_stats(episodes), **update}
-        row["rollout_entropy"] = float(np.mean([d.entropy for d in decisions]))
-        row["rollout_label_mass"] = float(np.mean([d.label_mass for d in decisions]))
+        dist_.reduce_budget(budget, spent_before, world)
+        stats, per_episode = gathered_episode_stats(
+            episodes, world, extra=lambda e: [(d.entropy, d.label_mass) for d in e.decisions]
+        )
+        rollout = [pair for pairs in per_episode for pair in pairs]
+        row = {"iteration": iteration, **stats, **update}
+        row["rollout_entropy"] = float(np.mean([h for h, _ in rollout]))
+        row["rollout_label_mass"] = float(np.mean([m for _, m in rollout]))
         end_iteration(
             log, row, config=config, iteration=iteration, budget=budget, timers=timers,
             eval_policy=policy, eval_envs=eval_envs, bar=bar,
             checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
                             optimizer=optimizer),
+            world=world,
         )  # fmt: skip
-    finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config)
+    finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config, world=world)
     return log

@@ -133,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as err:
+        from rlid.distributed import PeerLost
+
+        if not isinstance(err, PeerLost):
+            raise
+        # several processes (torchrun): another one died or stopped answering
+        print(f"rlid {args.command}: error: {err}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError("--out DIR is required (where the run is written)")
         config = config_from_args(args)
         log = run_training(config, Path(args.out), resume=False, progress=not args.quiet)
-    print((Path(log.path) / "summary.md").read_text())
+    if log.writer:  # several processes: rank 0 reports
+        print((Path(log.path) / "summary.md").read_text())
     return 0
 
 

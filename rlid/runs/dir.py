@@ -93,8 +93,12 @@ def save_checkpoint(
     extra_modules: dict[str, torch.nn.Module],
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one."""
+    """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
+
+    ``rng_states``: every process's RNG state in rank order (default: this one's).
+    """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
@@ -106,8 +110,10 @@ def save_checkpoint(
         for name, module in extra_modules.items():
             tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
             save_file(tensors, str(tmp / f"{name}.safetensors"))
+        ranks = rng_states or [rng_state()]
         torch.save(
-            {"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt"
+            {"optimizer": optimizer.state_dict(), "rng": ranks[0], "rng_ranks": ranks},
+            tmp / "trainer_state.pt",
         )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
         old = None

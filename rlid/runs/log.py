@@ -57,17 +57,23 @@ class _Bar:
 class RunLog:
     """Config, metrics, evaluations and checkpoints of one run directory."""
 
-    def __init__(self, path: Path, config: TrainConfig, resuming: bool) -> None:
+    def __init__(
+        self, path: Path, config: TrainConfig, resuming: bool, writer: bool = True
+    ) -> None:
         self.path = path
         self.config = config
         self.resuming = resuming
+        # Several processes (torchrun): rank 0 alone writes; the others only read.
+        self.writer = writer
         self.metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ opening
     # ``open`` only checks (a new run writes nothing until ``start``), so a run that
     # fails during setup -- bad model path, bad env option -- leaves nothing behind.
     @classmethod
-    def open(cls, path: Path, config: TrainConfig | None, *, resume: bool) -> RunLog:
+    def open(
+        cls, path: Path, config: TrainConfig | None, *, resume: bool, writer: bool = True
+    ) -> RunLog:
         path = Path(path)
         if resume:
             cfg_path = path / "config.json"
@@ -82,7 +88,9 @@ class RunLog:
                 raise ValueError(
                     f"cannot resume: {cfg_path} is not a valid run config: {err}"
                 ) from None
-            log = cls(path, saved, resuming=rundir.recover_checkpoint_dir(path) is not None)
+            recovered = rundir.recover_checkpoint_dir(path) if writer else None
+            resuming = recovered is not None or (path / rundir.CHECKPOINT / "state.json").exists()
+            log = cls(path, saved, resuming=resuming, writer=writer)
             log.metrics = rundir.read_metrics(path)
             if not log.resuming:
                 log.metrics = []
@@ -94,11 +102,11 @@ class RunLog:
                 f"{path} already holds files; resume it with `rlid train --resume {path}` "
                 "or choose another --out"
             )
-        return cls(path, config, resuming=False)
+        return cls(path, config, resuming=False, writer=writer)
 
     def start(self) -> None:
         """Create the directory and write config.json (call once setup has succeeded)."""
-        if (self.path / "config.json").exists():
+        if not self.writer or (self.path / "config.json").exists():
             return
         self.path.mkdir(parents=True, exist_ok=True)
         rundir.write_json(
@@ -119,16 +127,21 @@ class RunLog:
         optimizer: torch.optim.Optimizer,
         iteration: int,
         budget: Budget,
+        rng_states: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Write the checkpoint (writer only); ``rng_states``: every rank's, in rank order."""
+        if not self.writer:
+            return
         extra = {"value_head": value_head} if value_head is not None else {}
         state = {
             "iteration": iteration,
             "budget": budget.to_dict(),
             "fingerprint": config_fingerprint(self.config),
+            "world_size": len(rng_states) if rng_states else 1,
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
-            optimizer=optimizer, state=state,
+            optimizer=optimizer, state=state, rng_states=rng_states,
         )  # fmt: skip
 
     def restore(
@@ -137,16 +150,33 @@ class RunLog:
         value_head: torch.nn.Module | None,
         optimizer: torch.optim.Optimizer,
         budget: Budget,
+        world: Any = None,
     ) -> int:
         """Load optimizer/value head/budget/RNG; return the checkpoint's iteration.
 
         The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
+        ``world`` (rlid.distributed.World) picks this rank's RNG state; a checkpoint of
+        another number of processes is refused (exact replay needs the same number).
         """
+        rank, size = (world.rank, world.size) if world is not None else (0, 1)
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
         if state.get("fingerprint") != config_fingerprint(self.config):
             raise ValueError(
                 f"checkpoint in {ckpt} was written by a different config than {self.path}/config.json"
+            )
+        saved_size = int(state.get("world_size", 1))
+        if saved_size != size:
+            raise ValueError(
+                f"the checkpoint in {ckpt} was written by a run of {saved_size} process(es) and "
+                f"this one has {size}: exact replay needs the same number. Resume with "
+                + (
+                    f"`torchrun --nproc-per-node {saved_size} -m rlid train --resume {self.path}`"
+                    if saved_size > 1
+                    else f"`rlid train --resume {self.path}` (no torchrun)"
+                )
+                + ", or start a new run from the checkpoint's model with "
+                f"--model {ckpt / 'model'} (the optimizer state starts afresh)"
             )
         trainer_state = rundir.load_trainer_state(ckpt)
         try:
@@ -155,19 +185,21 @@ class RunLog:
                 value_head.load_state_dict(rundir.load_module_state(ckpt, "value_head"))
         except (ValueError, RuntimeError, KeyError) as err:
             raise ValueError(f"checkpoint in {ckpt} does not fit this model: {err}") from None
-        rundir.set_rng_state(trainer_state["rng"])
+        rundir.set_rng_state(trainer_state.get("rng_ranks", [trainer_state["rng"]])[rank])
         restored = Budget.from_dict(state["budget"])
         for name in budget.__dataclass_fields__:
             setattr(budget, name, getattr(restored, name))
         iteration = int(state["iteration"])
         self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
-        rundir.write_metrics(self.path, self.metrics)
+        if self.writer:
+            rundir.write_metrics(self.path, self.metrics)
         return iteration
 
     # ------------------------------------------------------------------ logging
     def append_metrics(self, row: dict[str, Any]) -> None:
         self.metrics.append(rundir._jsonable(row))
-        rundir.write_metrics(self.path, self.metrics)
+        if self.writer:
+            rundir.write_metrics(self.path, self.metrics)
 
     def write_origin(self, origin: str) -> None:
         self._update_eval({"model_origin": origin})
@@ -180,6 +212,8 @@ class RunLog:
         return path.exists() and key in rundir.read_json(path)
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         path = self.path / "eval.json"
         data = rundir.read_json(path) if path.exists() else {}
         data.update(entries)
@@ -190,6 +224,8 @@ class RunLog:
         return _Bar(config.steps, budget.get(currency), currency, enabled)
 
     def finish(self) -> None:
+        if not self.writer:
+            return
         from rlid.runs.summary import write_curves, write_summary
 
         write_curves(self.path, self.metrics)
