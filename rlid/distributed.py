@@ -83,6 +83,10 @@ class World:
             )
 
 
+SINGLE = World()
+"""The world of a run without a launcher: one process, rank 0."""
+
+
 def init(timeout_s: float = 300.0) -> World:
     """Join the process group torchrun describes (``RANK`` / ``WORLD_SIZE``), or a world of one.
 

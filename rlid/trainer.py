@@ -197,7 +197,7 @@ def evaluate(
     interface: Any,
     seed: int = 0,
     greedy: bool = True,
-    world: World = World(),
+    world: World = dist_.SINGLE,
 ) -> dict[str, float]:
     """Success rate, return and length on ``episodes`` held-out games (greedy by default).
 
@@ -264,7 +264,7 @@ def ppo_update(
     rng: np.random.Generator,
     budget: Budget,
     timers: Timers,
-    world: World = World(),
+    world: World = dist_.SINGLE,
     owner: np.ndarray | None = None,
 ) -> dict[str, float]:
     """PPO epochs x minibatches over one iteration's decisions; returns mean metrics.
@@ -398,7 +398,7 @@ def begin_run(
     budget: Budget,
     eval_policy: Any,
     eval_envs: list[Any],
-    world: World = World(),
+    world: World = dist_.SINGLE,
 ) -> int:
     """Write the run directory, then restore a checkpoint (returning its iteration) or
     evaluate the starting policy on held-out games (returning 0).
@@ -434,7 +434,7 @@ def end_iteration(
     eval_envs: list[Any],
     bar: Any,
     checkpoint: dict[str, Any],
-    world: World = World(),
+    world: World = dist_.SINGLE,
 ) -> None:
     """Log one iteration's row (time split, budget, optional eval) and checkpoint.
 
@@ -464,7 +464,7 @@ def finish_run(
     eval_policy: Any,
     eval_envs: list[Any],
     config: TrainConfig,
-    world: World = World(),
+    world: World = dist_.SINGLE,
 ) -> None:
     """Held-out evaluation after training (once, also across resumes), curves, summary."""
     bar.close()
