@@ -187,6 +187,8 @@ class TrainConfig:
             del out["budget_currency"]
         if self.label_mass_coef == 0:  # likewise
             del out["label_mass_coef"]
+        if self.dist_timeout == 300.0:  # likewise
+            del out["dist_timeout"]
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]
