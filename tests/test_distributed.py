@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import test_token_trainer
 import torch
 
 from menus import Interface
@@ -25,6 +26,8 @@ from rlid.models import load_policy_model
 from rlid.runs.dir import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
+GAME = test_token_trainer.GAME
+commanding_model = test_token_trainer.commanding_model  # a fixture: a model that writes commands
 WORKER = Path(__file__).with_name("dist_worker.py")
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 TIMEOUT = 240  # seconds for one whole multi-process run on a busy 2-core machine
@@ -153,12 +156,8 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
     assert len(read_metrics(one)) == len(read_metrics(two)) == 2
     for key in p1:
         assert torch.allclose(p1[key], p2[key], rtol=0, atol=1e-4), key
-    assert any(not torch.equal(p1[k], v) for k, v in params_in_start().items())
-
-
-def params_in_start() -> dict[str, torch.Tensor]:
-    model, _ = load_policy_model("tiny")
-    return dict(model.state_dict())
+    start, _ = load_policy_model(json.loads((one / "config.json").read_text())["config"]["model"])
+    assert any(not torch.equal(p1[k], v) for k, v in start.state_dict().items())
 
 
 def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
@@ -184,6 +183,24 @@ def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
     eval2 = json.loads((tmp_path / "two" / "eval.json").read_text())
     assert eval2["before"]["episodes"] == 3
     assert eval1["before"] == pytest.approx(eval2["before"])
+
+
+def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commanding_model):
+    # DAPO: token-mean aggregation, so the normaliser is all ranks' tokens of a minibatch
+    cfg = config(
+        plane="token", model=commanding_model, env_options=dict(GAME), algo="dapo",
+        max_gen_batches=1, max_new_tokens=4, invalid_penalty=-0.5, lr=1e-3,
+    )  # fmt: skip
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    rows1, rows2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for a, b in zip(rows1, rows2):
+        for key in ("generated_samples", "used_samples", "filtered_samples", "kept_episodes"):
+            assert a[key] == b[key], key
+        # the same spend, except forward passes: a minibatch split over 2 ranks is 2 passes
+        same = {k: v for k, v in b["budget"].items() if k not in ("wall_time", "forward_passes")}
+        assert same == {k: a["budget"][k] for k in same}
 
 
 def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache):
