@@ -5,9 +5,11 @@ An engine is a small object (DESIGN §6, §10)::
     engine.generate(prompt_ids, max_new_tokens, generator, stop_ids)
         -> (completion_ids, logp_rollout)      # ragged lists, one per prompt
 
-``logp_rollout`` is log μ of each sampled token under the engine's own
-distribution at temperature 1 (as the decision plane stores log π at
-temperature 1); ``temperature`` only changes how tokens are drawn. A completion
+``logp_rollout`` is log μ of each sampled token under the distribution it was
+drawn from, the engine's softmax(logits / temperature) (as the decision plane
+stores log π of its behaviour policy, and as verl does); the trainer re-scores
+with the same temperature (:func:`completion_logprobs`), so ratios compare one
+event. Greedy decoding stores log-probs at the given temperature too. A completion
 ends with (and includes) its first stop token, or after ``max_new_tokens``.
 Sampling is token by token with a KV cache, left-padded prompts and explicit
 position ids (so a row's numbers do not depend on its padding); everything is
@@ -39,7 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rlid.readout import left_pad_ids
+from rlid.readout import capture_final_hidden, left_pad_ids
 
 Ragged = list[list[int]]
 
@@ -76,7 +78,9 @@ def _returned_cache(output: Any) -> Any:
 
 
 def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+    """Where the model computes (an offloaded model says so with ``compute_device``)."""
+    compute = getattr(model, "compute_device", None)
+    return compute if compute is not None else next(model.parameters()).device
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -91,12 +95,17 @@ def completion_logprobs(
     pad_id: int,
     *,
     return_hidden: bool = False,
+    temperature: float = 1.0,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Teacher-forced log-probs of each completion token after its prompt (one forward).
 
     Sequences are ``prompt + completion``, left-padded, so completions are
     **right-aligned**: row b's tokens sit in the last ``len(completion_ids[b])``
-    columns.
+    columns. ``temperature`` scores under softmax(logits / T), the distribution a
+    sampler at T drew from; ``autocast`` wraps the model forward only (the
+    log-softmax runs in float32). The hidden state is the LM head's input (a hook),
+    so no layer's full hidden states are kept.
 
     Returns:
         logp (B, C) log π(token | prefix), 0 where ``mask`` is False;
@@ -113,15 +122,17 @@ def completion_logprobs(
         [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)], pad_id
     )
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=positions_from_mask(attention_mask),
-        use_cache=False,
-        logits_to_keep=width + 1,
-        output_hidden_states=return_hidden,
-    )
+    with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions_from_mask(attention_mask),
+            use_cache=False,
+            logits_to_keep=width + 1,
+        )
     logits = out.logits[:, -(width + 1) : -1].float()  # (B, C, V): predicts the last C tokens
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = input_ids[:, -width:]  # (B, C)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     cols = torch.arange(width, device=device)
@@ -129,8 +140,10 @@ def completion_logprobs(
     logp = torch.where(mask, logp, 0.0)
     hidden = None
     if return_hidden:
-        last_prompt = input_ids.shape[1] - 1 - torch.tensor(lengths, device=device)  # (B,)
-        states = out.hidden_states[-1]  # (B, T, d)
+        # the kept positions are the last width + 1: row b's last prompt token is at
+        # column width - len_b of them
+        last_prompt = width - torch.tensor(lengths, device=device)  # (B,)
+        states = captured[-1]  # (B, width + 1, d)
         hidden = states[torch.arange(len(lengths), device=device), last_prompt]
     return logp, mask, hidden
 
@@ -146,9 +159,11 @@ class TrainerEngine:
         self.model = model
         self.pad_id = pad_id
         self._cache_kw = _cache_kwarg(model)
+        self.forward_autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     def autocast(self) -> AbstractContextManager[Any]:
-        return nullcontext()
+        """Around each decoding forward: the run's mixed precision (``make_engine``)."""
+        return self.forward_autocast()
 
     def adjust_logits(
         self, logits: torch.Tensor, positions: torch.Tensor, previous: torch.Tensor
@@ -196,12 +211,14 @@ class TrainerEngine:
                 )
             cache = _returned_cache(out)
             logits = self.adjust_logits(out.logits[:, -1].float(), positions, previous)  # (B, V)
-            logp = torch.log_softmax(logits, dim=-1)
+            # the behaviour distribution, float32: what is sampled is what is stored
+            logp = torch.log_softmax(logits / temperature, dim=-1)
             if greedy:
                 token = logp.argmax(dim=-1)
             else:
-                probs = torch.softmax(logp / temperature, dim=-1)
-                # drawn on the CPU: the trainer's generators are CPU generators
+                # drawn on the CPU with the run's CPU generator, so a seed draws the same
+                # tokens whatever the device
+                probs = torch.softmax(logp, dim=-1)  # (B, V)
                 token = torch.multinomial(probs.cpu(), 1, generator=generator)  # (B, 1)
                 token = token.squeeze(-1).to(device)
             token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
@@ -270,12 +287,22 @@ ENGINES: dict[str, Callable[..., RolloutEngine]] = {
 
 
 def make_engine(
-    name: str, model: torch.nn.Module, pad_id: int, *, noise: float = 0.0, seed: int = 0
+    name: str,
+    model: torch.nn.Module,
+    pad_id: int,
+    *,
+    noise: float = 0.0,
+    seed: int = 0,
+    autocast: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> RolloutEngine:
-    """The engine called ``name`` around the trainer's ``model``."""
+    """The engine called ``name`` around the trainer's ``model``; ``autocast`` (the run's
+    mixed precision) wraps its forwards unless the engine has its own (``bf16``)."""
     if name not in ENGINES:
         raise ValueError(f"unknown rollout engine {name!r}; valid: {', '.join(map(repr, ENGINES))}")
-    return ENGINES[name](model, pad_id, noise=noise, seed=seed)
+    engine = ENGINES[name](model, pad_id, noise=noise, seed=seed)
+    if autocast is not None and isinstance(engine, TrainerEngine):
+        engine.forward_autocast = autocast
+    return engine
 
 
 def stop_token_ids(tokenizer: Any, stop_text: str = "\n") -> list[int]:

@@ -198,34 +198,53 @@ def cispo_surrogate(
 
 
 # ---------------------------------------------------------------------------
-# aggregations: (B, T) per-token loss -> scalar
+# aggregations: (B, T) per-token loss -> scalar, divided by a normaliser that the
+# caller may pass in. The normaliser belongs to the *minibatch* (or, across ranks, to
+# the global batch), never to a micro-batch: with gradient accumulation each
+# micro-batch's loss is sum_over_its_sequences / minibatch_normaliser, so the summed
+# gradients equal the one-batch gradient (the verl #5625 bug class is dividing by the
+# micro-batch's own count). See ``aggregation_normaliser``.
 
 
-def seq_mean_token_mean(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
-    """Mean over all B sequences of each sequence's token mean (GRPO, GSPO)."""
+def seq_mean_token_mean(loss: Tensor, mask: Tensor, normaliser: Tensor | float) -> Tensor:
+    """Σ_b (token mean of sequence b) / normaliser, normaliser = number of sequences (GRPO, GSPO)."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
-    return per_seq.sum() / max(loss.shape[0], 1)
+    return per_seq.sum() / normaliser
 
 
-def constant_normaliser(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
-    """Σ m·l / (B·max_len): every token weighs the same, whatever its sequence length (Dr. GRPO)."""
+def constant_normaliser(loss: Tensor, mask: Tensor, normaliser: Tensor | float) -> Tensor:
+    """Σ m·l / normaliser, normaliser = B·max_len: every token weighs the same, whatever
+    its sequence length (Dr. GRPO)."""
+    return (loss * mask).sum() / normaliser
+
+
+def token_mean(loss: Tensor, mask: Tensor, normaliser: Tensor | float) -> Tensor:
+    """Σ m·l / normaliser, normaliser = Σ m over the whole batch (DAPO, CISPO)."""
+    return (loss * mask).sum() / normaliser
+
+
+def _units_per_sequence(lengths: Tensor, max_len: int | None) -> Tensor:
+    return torch.ones_like(lengths, dtype=torch.float32)
+
+
+def _units_max_len(lengths: Tensor, max_len: int | None) -> Tensor:
     if max_len is None or max_len <= 0:
         raise ValueError("variant 'dr_grpo' needs max_len > 0 (the generation budget in tokens)")
-    return (loss * mask).sum() / (max(loss.shape[0], 1) * max_len)
+    return torch.full_like(lengths, float(max_len), dtype=torch.float32)
 
 
-def token_mean(loss: Tensor, mask: Tensor, max_len: int | None) -> Tensor:
-    """Σ m·l / Σ m over the whole batch (DAPO, CISPO)."""
-    return _masked_mean(loss, mask)
+def _units_tokens(lengths: Tensor, max_len: int | None) -> Tensor:
+    return lengths.to(torch.float32)
 
 
 Surrogate = Callable[..., tuple[Tensor, Metrics]]
-Aggregation = Callable[[Tensor, Tensor, int | None], Tensor]
+Aggregation = Callable[[Tensor, Tensor, Tensor | float], Tensor]
 
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A loss variant: surrogate, aggregation, and the paper's clip range.
+    """A loss variant: surrogate, aggregation (with the units its normaliser counts per
+    sequence), and the paper's clip range.
 
     ``eps_high=None`` means symmetric (eps_high defaults to eps_low);
     ``eps_low=None`` means the surrogate has no lower bound.
@@ -233,17 +252,43 @@ class VariantSpec:
 
     surrogate: Surrogate
     aggregate: Aggregation
+    units: Callable[[Tensor, int | None], Tensor]
     eps_low: float | None
     eps_high: float | None
 
 
 VARIANTS: dict[Variant, VariantSpec] = {
-    "grpo": VariantSpec(clipped_token_surrogate, seq_mean_token_mean, 0.2, None),
-    "dr_grpo": VariantSpec(clipped_token_surrogate, constant_normaliser, 0.2, None),
-    "dapo": VariantSpec(clipped_token_surrogate, token_mean, 0.2, 0.28),
-    "gspo": VariantSpec(clipped_sequence_surrogate, seq_mean_token_mean, 3e-4, 4e-4),
-    "cispo": VariantSpec(cispo_surrogate, token_mean, None, 4.0),
+    "grpo": VariantSpec(
+        clipped_token_surrogate, seq_mean_token_mean, _units_per_sequence, 0.2, None
+    ),
+    "dr_grpo": VariantSpec(clipped_token_surrogate, constant_normaliser, _units_max_len, 0.2, None),
+    "dapo": VariantSpec(clipped_token_surrogate, token_mean, _units_tokens, 0.2, 0.28),
+    "gspo": VariantSpec(
+        clipped_sequence_surrogate, seq_mean_token_mean, _units_per_sequence, 3e-4, 4e-4
+    ),
+    "cispo": VariantSpec(cispo_surrogate, token_mean, _units_tokens, None, 4.0),
 }
+
+
+def normaliser_units(variant: Variant, lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """(B,) completion lengths -> (B,) float32: what each sequence adds to the normaliser.
+
+    grpo / gspo count sequences (1 each), dr_grpo ``max_len`` each, dapo / cispo
+    their tokens. The normaliser of a batch is the sum (see ``aggregation_normaliser``);
+    across ranks it is the all-reduced sum of the per-rank sums.
+    """
+    spec: VariantSpec = _lookup(VARIANTS, variant, "variant")
+    return spec.units(torch.as_tensor(lengths), max_len)
+
+
+def aggregation_normaliser(variant: Variant, lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """The variant's loss denominator for a batch of completions with these lengths (B,).
+
+    ``Σ normaliser_units`` clamped at 1: number of sequences (grpo, gspo), B·max_len
+    (dr_grpo), number of completion tokens (dapo, cispo). Compute it over the whole
+    minibatch and pass it to every micro-batch's ``token_policy_loss(normaliser=...)``.
+    """
+    return normaliser_units(variant, lengths, max_len).sum().clamp(min=1)
 
 
 def _lookup(table: dict, name: str, kind: str):
@@ -301,6 +346,7 @@ def token_policy_loss(
     icepop_high: float = 5.0,
     logp_ref: Tensor | None = None,
     beta: float = 0.0,
+    normaliser: Tensor | float | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Policy loss of one token-plane variant, with optional mismatch correction and KL.
 
@@ -319,6 +365,9 @@ def token_policy_loss(
         icepop_low, icepop_high: IcePop keeps rho in [low, high], zeros it outside.
         logp_ref: (B, T) log π_ref; needed when beta > 0.
         beta: weight of the k3 KL estimator exp(ref−logp) − (ref−logp) − 1.
+        normaliser: the aggregation's denominator (``aggregation_normaliser`` over the
+            whole minibatch when this batch is one micro-batch of it, or over all ranks);
+            None: this batch's own. Metrics stay means over this batch.
 
     Returns:
         (loss, metrics). Metrics: ``clip_frac`` (masked tokens, or non-empty
@@ -372,7 +421,9 @@ def token_policy_loss(
         k3 = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
         loss_tok = loss_tok + beta * k3
         metrics["k3_mean"] = _masked_mean(k3, mask_f)
-    loss = spec.aggregate(loss_tok, mask_f, max_len)
+    if normaliser is None:
+        normaliser = aggregation_normaliser(variant, mask_f.sum(-1), max_len)
+    loss = spec.aggregate(loss_tok, mask_f, normaliser)
 
     with torch.no_grad():
         metrics["approx_kl"] = _masked_mean(torch.expm1(log_ratio) - log_ratio, mask_f)

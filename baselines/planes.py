@@ -7,6 +7,8 @@ yourself when using an uninstalled checkout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,14 @@ def _scoring_policy(
     value_head: ValueHead | None = None,
     budget: Budget | None = None,
     timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Policy:
     from baselines.scoring import ScoringPolicy
 
     return ScoringPolicy(
         model, tokenizer, config.interface, norm=config.norm, value_head=value_head,
-        budget=budget, timers=timers,
+        budget=budget, timers=timers, autocast=autocast,
+        micro_batch_size=config.micro_batch_size,
     )  # fmt: skip
 
 

@@ -11,7 +11,9 @@ scored after the token-plane prompt; its log-likelihood is normalised
 * ``word``  — the sum divided by the action's word count (TWOSOME's word
   normalisation, against the penalty on long actions);
 
-and π(a|s) = softmax over the legal actions of the normalised scores. Departures:
+and π(a|s) = softmax over the legal actions of the normalised scores (divided by
+the sampling temperature T: the stored ``logp`` and the update's re-scoring are
+both the behaviour distribution softmax(score / T)). Departures:
 the completion includes the end-of-command newline (it tells ``take key`` from a
 prefix of ``take key from box``), and token normalisation counts those tokens too.
 
@@ -29,6 +31,7 @@ all of them, so the K-fold price is visible in the budget (DESIGN §8).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -40,7 +43,7 @@ from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
-from rlid.policy import Decision, ValueHead, sample_rows
+from rlid.policy import Decision, ValueHead, decision_temperatures, sample_rows
 
 Norm = ScoreNorm
 
@@ -80,7 +83,10 @@ class ScoringPolicy:
         value_head: ValueHead | None = None,
         budget: Budget | None = None,
         timers: Timers | None = None,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        micro_batch_size: int | None = None,
     ) -> None:
+        del micro_batch_size  # one forward scores all K rows of the batch (not chunked yet)
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; valid: {', '.join(map(repr, NORMS))}")
         self.model = model
@@ -88,6 +94,7 @@ class ScoringPolicy:
         self.interface = interface
         self.norm = norm
         self.value_head = value_head
+        self.autocast = autocast
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
         self.pad_id = tokenizer.pad_token_id
@@ -134,8 +141,10 @@ class ScoringPolicy:
                 for legal, info, memory in zip(actions, infos, memory_texts)
             ]
         with self.timers.time("forward"), torch.no_grad():
-            logp, _, hidden = self.score_ids(prompt_ids, completions, actions)
-            chosen = sample_rows(logp, generator=generator, temperature=temperature, greedy=greedy)
+            logp, _, hidden = self.score_ids(
+                prompt_ids, completions, actions, temperature=temperature
+            )
+            chosen = sample_rows(logp, generator=generator, greedy=greedy)
             values = (
                 self.value_head(hidden) if self.value_head is not None else torch.zeros(len(infos))
             )
@@ -157,6 +166,7 @@ class ScoringPolicy:
                     label_ids=[ids[0] for ids in completions[b]],
                     menu=menus[b],
                     extra={"completion_ids": completions[b], "actions": legal},
+                    temperature=temperature,
                 )
             )
         self.budget.decisions += len(decisions)
@@ -168,46 +178,57 @@ class ScoringPolicy:
         prompt_ids: list[list[int]],
         completions: list[list[list[int]]],
         actions: list[list[str]],
+        *,
+        temperature: float | Tensor = 1.0,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """logp_all (B, K_max) with -inf padding, label_mass (B,) = 1, hidden (B, d).
 
-        ``completions[b][k]`` are the token ids of action ``actions[b][k]``.
+        ``completions[b][k]`` are the token ids of action ``actions[b][k]``;
+        ``logp_all = log_softmax(scores / temperature)`` (a float or (B,) per decision).
         ``hidden`` is the prompt's last-token state with a value head, else zeros.
+        All on the model's device; scores and the log-softmax are float32.
         """
         rows = [(b, k) for b, comps in enumerate(completions) for k in range(len(comps))]
         flat_prompts = [prompt_ids[b] for b, _ in rows]
         flat_completions = [completions[b][k] for b, k in rows]
         token_logp, mask, hidden_rows = completion_logprobs(
             self.model, flat_prompts, flat_completions, self.pad_id,
-            return_hidden=self.value_head is not None,
+            return_hidden=self.value_head is not None, autocast=self.autocast,
         )  # fmt: skip
-        total = token_logp.sum(-1)  # (N,)
+        device = token_logp.device
+        total = token_logp.sum(-1)  # (N,) float32
         tokens = mask.sum(-1).to(total.dtype)
-        words = torch.tensor([word_count(actions[b][k]) for b, k in rows], dtype=total.dtype)
+        words = torch.tensor(
+            [word_count(actions[b][k]) for b, k in rows], dtype=total.dtype, device=device
+        )
         scores = NORMS[self.norm](total, tokens, words)  # (N,)
 
         batch, width = len(completions), max(len(c) for c in completions)
-        index = torch.tensor([b * width + k for b, k in rows])
-        flat = torch.full((batch * width,), float("-inf"), dtype=scores.dtype)
+        index = torch.tensor([b * width + k for b, k in rows], device=device)
+        flat = torch.full((batch * width,), float("-inf"), dtype=scores.dtype, device=device)
         logits = flat.index_put((index,), scores).view(batch, width)  # (B, K_max)
-        logp_all = torch.log_softmax(logits, dim=-1)
+        if isinstance(temperature, Tensor):
+            temperature = temperature.to(device)[:, None]  # (B, 1)
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
 
         if hidden_rows is None:
-            hidden = torch.zeros(batch, self.model.config.hidden_size)
+            hidden = torch.zeros(batch, self.model.config.hidden_size, device=device)
         else:
-            counts = torch.tensor([len(c) for c in completions])
+            counts = torch.tensor([len(c) for c in completions], device=device)
             first_row = torch.cumsum(counts, 0) - counts  # each decision's row k = 0
             hidden = hidden_rows[first_row]  # (B, d): every row of a decision shares its prompt
         self.budget.forward_passes += 1
         self.budget.tokens_processed += sum(
             len(p) + len(c) for p, c in zip(flat_prompts, flat_completions)
         )
-        return logp_all, torch.ones(batch), hidden
+        return logp_all, torch.ones(batch, device=device), hidden
 
     def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:
-        """Re-score stored decisions with gradients (same outputs as :meth:`score_ids`)."""
+        """Re-score stored decisions with gradients (same outputs as :meth:`score_ids`),
+        each at the temperature it was sampled at."""
         return self.score_ids(
             [d.prompt_ids for d in decisions],
             [d.extra["completion_ids"] for d in decisions],
             [d.extra["actions"] for d in decisions],
+            temperature=decision_temperatures(decisions),
         )

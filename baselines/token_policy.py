@@ -11,6 +11,9 @@ env verbatim: a no-op step with ``info["invalid_action"]``.
 Each call returns one :class:`Generation` per env with the token ids and the two
 rollout-time log-probs the update needs (DESIGN §6):
 
+Both are log-probs of the behaviour event: softmax(logits / T) at the sampling
+temperature T (kept in ``Generation.temperature``; the update re-scores at it).
+
 * ``logp_rollout`` — log μ per completion token, from the engine;
 * ``logp_old``     — log π_old per completion token, the trainer model at rollout
   time. For the ``trainer`` engine it is the same number, copied; for any other
@@ -20,6 +23,8 @@ rollout-time log-probs the update needs (DESIGN §6):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +50,7 @@ class Generation:
     logp_old: list[float]  # log π_old per completion token (trainer at rollout time)
     stopped: bool  # ended on a stop token (False: cut at max_new_tokens)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. "logp_ref" (trainer)
+    temperature: float = 1.0  # sampled from softmax(logits / T); logp_* are of that event
 
     @property
     def num_tokens(self) -> int:
@@ -72,6 +78,7 @@ class TokenPolicy:
         engine: RolloutEngine | None = None,
         budget: Budget | None = None,
         timers: Timers | None = None,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -84,6 +91,7 @@ class TokenPolicy:
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
         self.stop_ids = stop_token_ids(tokenizer, COMMAND_END)
+        self.autocast = autocast
 
     def prompt_ids(
         self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
@@ -119,8 +127,9 @@ class TokenPolicy:
         else:
             with self.timers.time("forward"), torch.no_grad():
                 logp, mask, _ = completion_logprobs(
-                    self.model, prompt_ids, completion_ids, self.pad_id
-                )
+                    self.model, prompt_ids, completion_ids, self.pad_id,
+                    temperature=temperature, autocast=self.autocast,
+                )  # fmt: skip
             logp_old = [logp[b][mask[b]].tolist() for b in range(len(prompt_ids))]
             self.budget.forward_passes += 1
             self.budget.tokens_processed += sum(map(len, prompt_ids)) + sum(
@@ -143,6 +152,7 @@ class TokenPolicy:
                     logp_rollout=logp_rollout[b],
                     logp_old=logp_old[b],
                     stopped=stopped,
+                    temperature=temperature,
                 )
             )
         generated = sum(map(len, completion_ids))

@@ -35,9 +35,11 @@ AdamW. Evaluation samples greedily from the trainer's own model (not the engine)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,7 +47,7 @@ from torch import Tensor
 
 from baselines.engine import completion_logprobs, make_engine
 from baselines.losses import (
-    VARIANTS,
+    aggregation_normaliser,
     group_advantages,
     nonzero_variance_groups,
     overlong_penalty,
@@ -56,11 +58,15 @@ from rlid import distributed as dist_
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
+from rlid.hardware import Precision, Stepper, train_mode_without_dropout
 from rlid.lora import load_run_model
+from rlid.policy import chunks
+from rlid.ppo import minibatches
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
 from rlid.trainer import (
     begin_run,
+    close_envs,
     end_iteration,
     finish_run,
     gathered_episode_stats,
@@ -69,6 +75,7 @@ from rlid.trainer import (
     make_reset_seeds,
     play_groups,
     reference_model,
+    setup_hardware,
 )
 
 
@@ -194,12 +201,14 @@ def right_aligned(rows: Sequence[Sequence[float]], width: int) -> Tensor:
 def attach_reference_logprobs(
     ref_model: torch.nn.Module, completions: list[Generation], *, pad_id: int, chunk: int
 ) -> None:
-    """Store log π_ref per completion token in ``extra["logp_ref"]`` (for the k3 KL)."""
+    """Store log π_ref per completion token in ``extra["logp_ref"]`` (for the k3 KL), at
+    the temperature each completion was sampled at (the same event as ``logp``)."""
     for start in range(0, len(completions), chunk):
         batch = completions[start : start + chunk]
         logp, mask, _ = completion_logprobs(
-            ref_model, [g.prompt_ids for g in batch], [g.completion_ids for g in batch], pad_id
-        )
+            ref_model, [g.prompt_ids for g in batch], [g.completion_ids for g in batch], pad_id,
+            temperature=batch_temperature(batch),
+        )  # fmt: skip
         for b, g in enumerate(batch):
             g.extra["logp_ref"] = logp[b][mask[b]].tolist()
 
@@ -218,23 +227,6 @@ def _reduce(metric_rows: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _combine(shares: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-    """One minibatch's metrics from every rank's (weight, metrics): weighted mean, or extreme.
-
-    The weight is the rank's share of the loss normaliser (tokens or sequences).
-    """
-    out: dict[str, float] = {}
-    for key in dict.fromkeys(k for _, row in shares for k in row):
-        held = [(w, row[key]) for w, row in shares if key in row]
-        if key.endswith("_min"):
-            out[key] = min(v for _, v in held)
-        elif key.endswith("_max"):
-            out[key] = max(v for _, v in held)
-        else:
-            out[key] = sum(w * v for w, v in held)
-    return out
-
-
 def token_update(
     model: torch.nn.Module,
     completions: list[Generation],
@@ -246,103 +238,154 @@ def token_update(
     pad_id: int,
     budget: Budget,
     timers: Timers,
+    scaler: torch.amp.GradScaler | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     world: World = dist_.SINGLE,
     owner: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
 
-    ``owner`` maps the global completion list (all ranks, groups in order) to indices
-    into ``completions`` (-1: held by another rank). Minibatches are drawn over the
-    global list; each rank's loss carries the *global* normaliser of the variant's
-    aggregation (all ranks' tokens for token-mean, all sequences otherwise) and the
-    gradients are summed over ranks.
+    Each minibatch is one optimizer step, computed in micro-batches of
+    ``config.micro_batch_size`` completions whose gradients accumulate; every
+    micro-batch divides by the *minibatch's* ``aggregation_normaliser`` (token count,
+    sequence count or B·max_len), so the step equals the one-batch step. Minibatches
+    whose advantages are all zero are skipped: the k3 KL alone would get a full-size
+    AdamW step. Metrics are micro-batch means weighted by their share of sequences.
+
+    Several processes: ``owner`` maps the global completion list (all ranks, groups in
+    order) to indices into ``completions`` (-1: held by another rank). Minibatches are
+    drawn over the global list, the normaliser is the global minibatch's (all ranks'
+    tokens for token-mean) and the gradients are summed over ranks.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     owner = np.arange(len(completions)) if owner is None else owner
-    if len(owner) and not dist_.any_rank(bool(advantages.any()), world) and config.beta == 0:
+    held = owner >= 0
+    # tokens and advantage signal of every global completion, known on every rank
+    lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
+    lengths[held] = [completions[i].num_tokens for i in owner[held]]
+    nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+    both = dist_.all_sum(np.concatenate([lengths, nonzero]), world).numpy()
+    lengths, signal = both[: len(owner)], both[len(owner) :] > 0
+    if len(owner) and not signal.any():
         # Nothing to learn from (every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum.
         return {"skipped_update": 1.0}
-    per_token = VARIANTS[config.algo].aggregate.__name__ == "token_mean"
-    held = owner >= 0
-    lengths = np.zeros(len(owner))  # tokens of every global completion
-    lengths[held] = [len(completions[i].completion_ids) for i in owner[held]]
-    lengths = dist_.all_sum(lengths, world).numpy()
+    stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
+    micro = config.micro_batch_size or config.minibatch_size
+    skipped = 0
     rows: list[dict[str, float]] = []
     stop = False
-    for _ in range(config.epochs if len(owner) else 0):
-        order = rng.permutation(len(owner))
-        for start in range(0, len(owner), config.minibatch_size):
-            chosen = order[start : start + config.minibatch_size]
-            members = owner[chosen]
-            idx = members[members >= 0]  # the members this rank holds
-            mine = members >= 0
-            # this rank's share of the global normaliser (1 in one process)
-            share = (
-                float(lengths[chosen[mine]].sum() / max(lengths[chosen].sum(), 1))
-                if per_token
-                else len(idx) / len(members)
-            )
-            optimizer.zero_grad(set_to_none=True)
-            metrics: dict[str, float] = {}
-            if len(idx):
-                metrics = _minibatch_update(
-                    model, [completions[i] for i in idx], advantages[idx], share,
-                    config=config, pad_id=pad_id, budget=budget, timers=timers,
-                )  # fmt: skip
-            with timers.time("backward"):
-                dist_.reduce_gradients(params, world)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-            budget.optimizer_steps += 1
-            combined = _combine(dist_.gather_objects((share, metrics), world))
-            rows.append({**combined, "grad_norm": float(grad_norm)})
-            if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
-                stop = True  # the global KL: every rank stops at the same step
+    with train_mode_without_dropout(model, enabled=config.gradient_checkpointing):
+        for _ in range(config.epochs if len(owner) else 0):
+            order = rng.permutation(len(owner))
+            for chosen in minibatches(order, config.minibatch_size):
+                if not signal[chosen].any():
+                    skipped += 1
+                    continue
+                normaliser = aggregation_normaliser(
+                    config.algo, torch.tensor(lengths[chosen]).long(), config.max_new_tokens
+                )
+                members = owner[chosen]
+                idx = members[members >= 0]  # the members this rank holds
+                stepper.zero_grad()
+                parts: list[tuple[float, dict[str, float]]] = []
+                for part in chunks(len(idx), micro):
+                    sub = idx[part]
+                    metrics = _token_micro_step(
+                        model, [completions[i] for i in sub], advantages[sub], normaliser,
+                        config=config, pad_id=pad_id, stepper=stepper, budget=budget,
+                        timers=timers, autocast=autocast,
+                    )  # fmt: skip
+                    parts.append((len(sub) / len(chosen), metrics))
+                with timers.time("backward"):
+                    dist_.reduce_gradients(params, world)
+                    grad_norm = stepper.step()
+                budget.optimizer_steps += 1
+                everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]
+                rows.append(_combine_micro_metrics(everyone))
+                rows[-1]["grad_norm"] = float(grad_norm)
+                if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
+                    stop = True  # the global KL: every rank stops at the same step
+                    break
+            if stop:
                 break
-        if stop:
-            break
     out = _reduce(rows)
     out["early_stop"] = float(stop)
+    if skipped:
+        out["skipped_minibatches"] = float(skipped)
     return out
 
 
-def _minibatch_update(
+def _token_micro_step(
     model: torch.nn.Module,
     batch: list[Generation],
     advantages: Tensor,
-    share: float,
+    normaliser: Tensor,
     *,
     config: TrainConfig,
     pad_id: int,
+    stepper: Stepper,
     budget: Budget,
     timers: Timers,
+    autocast: Callable[[], AbstractContextManager[Any]],
 ) -> dict[str, float]:
-    """Backward of this rank's part of one minibatch (its loss times ``share``); metrics."""
+    """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``."""
     prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
+    temperature = batch_temperature(batch)
     with timers.time("forward"):
-        logp, mask, _ = completion_logprobs(model, prompts, outputs, pad_id)  # (B, C)
-    width = mask.shape[1]
-    logp_ref = None
-    if config.beta > 0:
-        logp_ref = right_aligned([g.extra["logp_ref"] for g in batch], width)
+        logp, mask, _ = completion_logprobs(
+            model, prompts, outputs, pad_id, temperature=temperature, autocast=autocast
+        )  # (B, C) float32 on the model's device
+    device, width = logp.device, mask.shape[1]
+
+    def aligned(rows: Sequence[Sequence[float]]) -> Tensor:
+        return right_aligned(rows, width).to(device)
+
+    logp_ref = aligned([g.extra["logp_ref"] for g in batch]) if config.beta > 0 else None
     with timers.time("backward"):
         loss, metrics = token_policy_loss(
             logp,
-            right_aligned([g.logp_old for g in batch], width),
-            advantages,
+            aligned([g.logp_old for g in batch]),
+            advantages.to(device=device, dtype=torch.float32),
             mask,
             variant=config.algo,
             max_len=config.max_new_tokens,
-            logp_rollout=right_aligned([g.logp_rollout for g in batch], width),
+            logp_rollout=aligned([g.logp_rollout for g in batch]),
             mismatch=config.mismatch,
             logp_ref=logp_ref,
             beta=config.beta,
+            normaliser=normaliser.to(device),
         )
-        (loss * share).backward()
+        stepper.backward(loss)
     budget.forward_passes += 1
     budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
     return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}
+
+
+def _combine_micro_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """One minibatch's metrics from its micro-batches: the loss adds up (each is already
+    divided by the minibatch's normaliser); means are weighted by the share of
+    sequences; ``*_min`` / ``*_max`` keep the extreme."""
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for _, row in parts for k in row):
+        items = [(w, row[key]) for w, row in parts if key in row]
+        if key == "loss":
+            out[key] = sum(v for _, v in items)
+        elif key.endswith("_min"):
+            out[key] = min(v for _, v in items)
+        elif key.endswith("_max"):
+            out[key] = max(v for _, v in items)
+        else:
+            out[key] = sum(w * v for w, v in items) / sum(w for w, _ in items)
+    return out
+
+
+def batch_temperature(batch: Sequence[Generation]) -> float:
+    """The sampling temperature shared by a batch of completions (re-scored at it)."""
+    temps = {g.temperature for g in batch}
+    if len(temps) != 1:
+        raise ValueError(f"completions sampled at different temperatures {sorted(temps)}")
+    return temps.pop()
 
 
 def sample_stats(
@@ -389,24 +432,28 @@ def train_token(
     if config.plane != "token":
         raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)
-    torch.set_num_threads(config.threads)
+    Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
 
     model, tokenizer = load_run_model(config, log)
+    model, precision, scaler = setup_hardware(config, model)
     model.eval()  # no dropout: rollouts and updates see the same function
     pad_id = tokenizer.pad_token_id
     engine = make_engine(
-        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed
-    )
+        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed,
+        autocast=precision.autocast,
+    )  # fmt: skip
     policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
-        engine=engine, budget=budget, timers=timers,
+        engine=engine, budget=budget, timers=timers, autocast=precision.autocast,
     )  # fmt: skip
     eval_policy = TokenPolicy(
-        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens
-    )
-    train_envs = make_envs(config, "train", config.group_size)
+        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
+        engine=make_engine("trainer", model, pad_id, autocast=precision.autocast),
+        autocast=precision.autocast,
+    )  # fmt: skip
+    train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
 
     params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
@@ -433,8 +480,9 @@ def train_token(
         completions, advantages = token_advantages(result.kept, config)
         if ref_model is not None:
             attach_reference_logprobs(
-                ref_model, completions, pad_id=pad_id, chunk=config.minibatch_size
-            )
+                ref_model, completions, pad_id=pad_id,
+                chunk=config.micro_batch_size or config.minibatch_size,
+            )  # fmt: skip
 
         # 3. update (minibatches over the global completion list)
         counts: dict[int, int] = {}
@@ -444,7 +492,8 @@ def train_token(
         owner = dist_.global_index(counts, groups, world)
         update = token_update(
             model, completions, advantages, config=config, optimizer=optimizer, rng=rng,
-            pad_id=pad_id, budget=budget, timers=timers, world=world, owner=owner,
+            pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
+            autocast=precision.autocast, world=world, owner=owner,
         )  # fmt: skip
 
         # 4. logging, evaluation, checkpoint (statistics over all ranks)
@@ -461,4 +510,5 @@ def train_token(
             world=world,
         )  # fmt: skip
     finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config, world=world)
+    close_envs(train_envs, eval_envs)
     return log

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -23,9 +24,11 @@ from rlid.names import (
     AdvantageScale,
     EngineName,
     Mismatch,
+    MixedPrecision,
     PlaneName,
     ScoreNorm,
     TokenAlgo,
+    WeightDtype,
 )
 
 
@@ -56,7 +59,45 @@ class TrainConfig:
         "training iterations)",
     )
     seed: int = _f(0, "seed for model init, rollouts, shuffling and games")
-    threads: int = _f(2, "torch CPU threads (torch.set_num_threads)")
+    threads: int | None = _f(
+        None,
+        "torch CPU threads (torch.set_num_threads); unset: torch's own default, which "
+        "respects OMP_NUM_THREADS",
+    )
+
+    # --- hardware (rlid.hardware) -------------------------------------------------------
+    device: str = _f(
+        "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N: where the model runs"
+    )
+    dtype: WeightDtype = _f(
+        "float32",
+        "storage dtype of the model weights; with mixed_precision the trained parameters stay "
+        "float32 (master weights) and dtype applies to frozen ones (LoRA base, KL reference)",
+    )
+    mixed_precision: MixedPrecision = _f(
+        "none",
+        "autocast of the model forwards (bf16 or fp16, the latter with a GradScaler); master "
+        "weights, optimizer state, losses, menu log-softmax, ratios and advantages stay float32",
+    )
+    micro_batch_size: int | None = _f(
+        None,
+        "decisions (or completions) per forward/backward, gradients accumulated up to "
+        "minibatch_size with the minibatch's loss normaliser; also chunks rollout forwards "
+        "(unset: minibatch_size)",
+    )
+    gradient_checkpointing: bool = _f(
+        False,
+        "recompute activations in the backward pass (less memory, ~30% more compute); the "
+        "model runs in train mode during the update with every dropout at zero",
+    )
+    ref_offload: bool = _f(
+        False, "keep the KL reference model on the CPU and move it to the device per batch"
+    )
+    env_workers: int = _f(
+        0,
+        "worker processes that step and reset the envs (0: in this process); a lockstep step "
+        "then costs about the slowest env instead of the sum",
+    )
 
     # --- rollouts ---------------------------------------------------------------------
     groups_per_iter: int = _f(4, "games per iteration; each is played group_size times")
@@ -115,7 +156,14 @@ class TrainConfig:
     # --- evaluation and bookkeeping -------------------------------------------------------
     eval_episodes: int = _f(16, "held-out episodes evaluated before and after training")
     eval_every: int = _f(0, "also evaluate every N iterations (0: only before and after)")
-    checkpoint_every: int = _f(1, "write a checkpoint every N iterations")
+    checkpoint_every: int = _f(
+        10,
+        "write a checkpoint every N iterations (and after the last); a checkpoint is the full "
+        "model + optimizer, so large models want a large N",
+    )
+    keep_checkpoints: int = _f(
+        1, "checkpoints kept in the run directory (the newest; older ones are deleted)"
+    )
     dist_timeout: float = _f(
         300.0,
         "multi-process runs (torchrun): seconds a collective waits for the other processes "
@@ -135,9 +183,25 @@ class TrainConfig:
                 raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}")
             del f
         positive = ("steps", "groups_per_iter", "group_size", "epochs", "minibatch_size")
-        for name in positive + ("threads", "max_new_tokens", "max_gen_batches"):
+        for name in positive + ("max_new_tokens", "max_gen_batches", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("threads", "micro_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset), got {value}")
+        if self.env_workers < 0:
+            raise ValueError(f"env_workers must be >= 0 (0: in-process), got {self.env_workers}")
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(
+                f"device={self.device!r} is not valid; choose auto, cpu, cuda or cuda:N"
+            )
+        if self.dtype == "float16" and self.mixed_precision == "none" and self.lora_rank == 0:
+            raise ValueError(
+                "dtype='float16' trains float16 weights without loss scaling (gradients "
+                "underflow); add --mixed-precision fp16 (float32 master weights, GradScaler) "
+                "or use --dtype bfloat16"
+            )
         for name in ("lr", "clip_eps", "max_grad_norm", "temperature", "dist_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -187,8 +251,11 @@ class TrainConfig:
             del out["budget_currency"]
         if self.label_mass_coef == 0:  # likewise
             del out["label_mass_coef"]
-        if self.dist_timeout == 300.0:  # likewise
-            del out["dist_timeout"]
+        # Likewise for the hardware fields that do not change what is computed (only how);
+        # device, dtype and mixed_precision are always recorded.
+        for name, default in _UNRECORDED_AT_DEFAULT.items():
+            if out[name] == default:
+                del out[name]
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]
@@ -209,6 +276,18 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_UNRECORDED_AT_DEFAULT: dict[str, Any] = {
+    "dist_timeout": 300.0,
+    "threads": None,
+    "micro_batch_size": None,
+    "gradient_checkpointing": False,
+    "ref_offload": False,
+    "env_workers": 0,
+    "keep_checkpoints": 1,
+}
 
 
 # ----------------------------------------------------------------------------- CLI glue
@@ -258,6 +337,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         kind, choices = _arg_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
+        # a bare boolean flag means true (--gradient-checkpointing); a value still parses
+        bare: dict[str, Any] = {"nargs": "?", "const": True} if kind is _parse_bool else {}
         group.add_argument(
             _flag(f.name),
             dest=f.name,
@@ -265,6 +346,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             choices=choices,
             default=None,
             help=f"{f.metadata.get('help', '')} (default: {default})",
+            **bare,
         )
     igroup = parser.add_argument_group("interface (what the policy sees)")
     ihints = typing.get_type_hints(Interface)

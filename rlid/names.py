@@ -30,3 +30,9 @@ ScoreNorm = Literal["sum", "token", "word"]
 
 EngineName = Literal["trainer", "perturbed", "bf16"]
 """Token-plane rollout engines (``baselines.engine``; the protocol is ``RolloutEngine``)."""
+
+WeightDtype = Literal["float32", "bfloat16", "float16"]
+"""Storage dtype of the model weights (``rlid.hardware``)."""
+
+MixedPrecision = Literal["none", "bf16", "fp16"]
+"""Autocast of the model forwards, float32 master weights (``rlid.hardware``)."""

@@ -15,6 +15,7 @@ layering contract in ``pyproject.toml`` checks that).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -111,12 +112,14 @@ def _decision_policy(
     value_head: ValueHead | None = None,
     budget: Budget | None = None,
     timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Policy:
     from rlid.policy import DecisionPolicy
 
     return DecisionPolicy(
-        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers
-    )
+        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
+        autocast=autocast, micro_batch_size=config.micro_batch_size,
+    )  # fmt: skip
 
 
 def _decision_train(

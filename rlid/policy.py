@@ -8,10 +8,17 @@ records that hold everything the update needs to re-score the decision exactly
 (prompt token ids, label token ids, chosen row, log-prob, value).
 
 Invalid actions are impossible by construction: the sampled row is a legal action.
+
+Temperature: a decision sampled at temperature T stores log π_T(a|s) =
+log_softmax(label_logits / T) — the behaviour distribution — and keeps T, so the
+update re-scores the same distribution (ratios, clip, approx KL, entropy and KL to
+the reference all measure π_T; at T = 1 nothing changes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +37,15 @@ class Decision:
 
     action: str  # the command sent to the env
     chosen: int  # row index in the menu
-    logp: float  # log pi_old(chosen | s), temperature 1
-    entropy: float  # exact entropy of pi_old(. | s) over the menu
+    logp: float  # log pi_old(chosen | s) of the behaviour policy (at ``temperature``)
+    entropy: float  # exact entropy of the behaviour policy pi_old(. | s) over the menu
     label_mass: float  # probability the full vocabulary puts on the legal labels
     value: float  # V(s) from the value head (0.0 without one)
     prompt_ids: list[int]
     label_ids: list[int]  # token id of each row's label, row order
     menu: Menu
     extra: dict[str, Any] = field(default_factory=dict)  # policy-specific (scoring plane)
+    temperature: float = 1.0  # sampling temperature: the update re-scores softmax(logits / T)
 
     @property
     def num_rows(self) -> int:
@@ -57,14 +65,25 @@ class ValueHead(torch.nn.Module):
         return self.linear(hidden.float()).squeeze(-1)
 
 
-def sample_rows(
-    logp: torch.Tensor, *, generator: torch.Generator, temperature: float, greedy: bool
-) -> torch.Tensor:
-    """Sample one row per batch entry from log-probs (B, K) with -inf padding."""
+def sample_rows(logp: torch.Tensor, *, generator: torch.Generator, greedy: bool) -> torch.Tensor:
+    """Sample one row per batch entry from the behaviour log-probs (B, K), -inf padded.
+
+    ``logp`` is already the behaviour distribution (temperature applied by the
+    readout). Sampling runs on the CPU with the run's CPU generator, whatever the
+    model's device, so a seed draws the same rows on CPU and GPU; the result (B,)
+    is on ``logp``'s device.
+    """
     if greedy:
         return logp.argmax(dim=-1)
-    probs = torch.softmax(logp / temperature, dim=-1)  # (B, K); padded rows get 0
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    probs = torch.softmax(logp, dim=-1)  # (B, K); padded rows get 0
+    rows = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)
+    return rows.to(logp.device)
+
+
+def chunks(count: int, size: int | None) -> list[slice]:
+    """[0, count) in consecutive slices of at most ``size`` (None: one slice)."""
+    size = size or max(count, 1)
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
 class DecisionPolicy:
@@ -75,6 +94,8 @@ class DecisionPolicy:
         interface: what the policy sees; its label alphabet is validated against the
             tokenizer in the exact context where labels are read.
         value_head: optional V(s) head on the last hidden state.
+        autocast: context-manager factory around model forwards (mixed precision).
+        micro_batch_size: most prompts per rollout forward (None: all at once).
     """
 
     def __init__(
@@ -86,11 +107,15 @@ class DecisionPolicy:
         value_head: ValueHead | None = None,
         budget: Budget | None = None,
         timers: Timers | None = None,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        micro_batch_size: int | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.interface = interface
         self.value_head = value_head
+        self.autocast = autocast
+        self.micro_batch_size = micro_batch_size
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
         context, prefix = label_context(interface, tokenizer)
@@ -128,8 +153,18 @@ class DecisionPolicy:
             prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
             label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
         with self.timers.time("forward"), torch.no_grad():
-            logp, label_mass, hidden = self.score_ids(prompt_ids, label_ids)
-            chosen = sample_rows(logp, generator=generator, temperature=temperature, greedy=greedy)
+            parts = [
+                self.score_ids(prompt_ids[part], label_ids[part], temperature=temperature)
+                for part in chunks(len(prompt_ids), self.micro_batch_size)
+            ]
+            width = max(p[0].shape[1] for p in parts)
+            logp = torch.cat(
+                [torch.nn.functional.pad(p[0], (0, width - p[0].shape[1]), value=-torch.inf)
+                 for p in parts]
+            )  # fmt: skip  # (B, K_max)
+            label_mass = torch.cat([p[1] for p in parts])  # (B,)
+            hidden = torch.cat([p[2] for p in parts])  # (B, d)
+            chosen = sample_rows(logp, generator=generator, greedy=greedy)
             values = (
                 self.value_head(hidden) if self.value_head is not None else torch.zeros(len(menus))
             )
@@ -149,6 +184,7 @@ class DecisionPolicy:
                     prompt_ids=prompt_ids[b],
                     label_ids=label_ids[b],
                     menu=menu,
+                    temperature=temperature,
                 )
             )
         self.budget.decisions += len(decisions)
@@ -156,18 +192,39 @@ class DecisionPolicy:
 
     # --------------------------------------------------------------- re-scoring
     def score_ids(
-        self, prompt_ids: list[list[int]], label_ids: list[list[int]]
+        self,
+        prompt_ids: list[list[int]],
+        label_ids: list[list[int]],
+        *,
+        temperature: float | torch.Tensor = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Readout over stored ids: logp (B, K_max), label_mass (B,), hidden (B, d)."""
+        """Readout over stored ids: logp (B, K_max) at ``temperature`` (float or (B,)),
+        label_mass (B,), hidden (B, d); on the model's device."""
         input_ids, attention_mask = left_pad_ids(prompt_ids, self.pad_id)
         label_pad, label_valid = pad_label_ids(label_ids, model_vocab_size(self.model))
         result = readout_from_ids(
-            self.model, input_ids, attention_mask, label_pad, label_valid, return_hidden=True
-        )
+            self.model, input_ids, attention_mask, label_pad, label_valid, return_hidden=True,
+            temperature=temperature, autocast=self.autocast,
+        )  # fmt: skip
         self.budget.forward_passes += 1
         self.budget.tokens_processed += int(attention_mask.sum())
         return result.logp, result.label_mass, result.hidden
 
     def score(self, decisions: list[Decision]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Re-score stored decisions with gradients: logp_all (B, K), label_mass (B,), hidden."""
-        return self.score_ids([d.prompt_ids for d in decisions], [d.label_ids for d in decisions])
+        """Re-score stored decisions with gradients: logp_all (B, K), label_mass (B,), hidden.
+
+        Each decision is re-scored at the temperature it was sampled at.
+        """
+        return self.score_ids(
+            [d.prompt_ids for d in decisions],
+            [d.label_ids for d in decisions],
+            temperature=decision_temperatures(decisions),
+        )
+
+
+def decision_temperatures(decisions: list[Decision]) -> float | torch.Tensor:
+    """One float when all decisions share it (the usual case), else (B,) per decision."""
+    temps = {d.temperature for d in decisions}
+    if len(temps) == 1:
+        return temps.pop()
+    return torch.tensor([d.temperature for d in decisions], dtype=torch.float32)

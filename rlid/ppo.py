@@ -18,6 +18,7 @@ nor gradients.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -126,6 +127,7 @@ def decision_ppo_loss(
     logp_ref_all: Tensor | None = None,
     kl_coef: float = 0.0,
     label_mass: Tensor | None = None,
+    normaliser: float | Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
 
@@ -144,6 +146,10 @@ def decision_ppo_loss(
         kl_coef: weight of the exact KL(π_θ ‖ π_ref) penalty.
         label_mass: (B,) probability mass the full vocabulary puts on the legal
             labels (1 − leakage); reported as its mean.
+        normaliser: the denominator of every mean above (None: B). With gradient
+            accumulation pass the *minibatch's* decision count (across ranks: the
+            global one) to each micro-batch, so the summed micro-batch losses and
+            metrics are the minibatch's means — never the micro-batch's own B.
 
     Returns:
         (loss, metrics) with detached 0-d metrics: ``policy_loss``,
@@ -169,7 +175,9 @@ def decision_ppo_loss(
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    n = max(batch, 1)
+    # float32 whatever the model's dtype: the readout returns float32 log-probs, and
+    # ratios, advantages and every term below stay in that dtype
+    n = max(batch, 1) if normaliser is None else normaliser
     policy_loss = -torch.minimum(unclipped, clipped).sum() / n
     entropy = exact_entropy(logp_all).sum() / n
     loss = policy_loss - ent_coef * entropy
@@ -179,7 +187,8 @@ def decision_ppo_loss(
         "clip_frac": (clipped < unclipped).to(logp_all.dtype).sum() / n,
         "approx_kl": (torch.expm1(log_ratio) - log_ratio).sum() / n,
         "entropy": entropy,
-        "label_marginal_kl_uniform": label_marginal_kl_uniform(logp_all),
+        # a batch-level diagnostic: not additive over micro-batches, scaled by its share
+        "label_marginal_kl_uniform": label_marginal_kl_uniform(logp_all) * (batch / n),
     }
     if logp_ref_all is not None:
         kl_ref = exact_kl(logp_all, logp_ref_all.detach()).sum() / n
@@ -189,3 +198,20 @@ def decision_ppo_loss(
     if label_mass is not None:
         metrics["label_mass"] = label_mass.sum() / n
     return loss, {name: value.detach() for name, value in metrics.items()}
+
+
+def minibatches(order: np.ndarray, size: int) -> list[np.ndarray]:
+    """Split a permutation of the batch into minibatches of ``size`` indices.
+
+    A tail shorter than half a minibatch joins the previous minibatch instead of
+    getting an optimizer step of its own (N = 65, size 32 -> 32, 33, not 32, 32, 1):
+    Adam would give a 1-decision estimate a full-size step. A tail of at least half
+    a minibatch stays a minibatch.
+    """
+    if size < 1:
+        raise ValueError(f"minibatch size must be >= 1, got {size}")
+    starts = list(range(0, len(order), size))
+    if len(starts) > 1 and len(order) - starts[-1] < size / 2:
+        starts.pop()
+    ends = starts[1:] + [len(order)]
+    return [order[a:b] for a, b in zip(starts, ends)]

@@ -12,14 +12,23 @@ beside it: ``label_mass = exp(logsumexp(label logits) - logsumexp(all logits))``
 Prompts are left-padded, with an attention mask and explicit position ids
 (``cumsum(mask) - 1``), so a padded row gives the same result as that prompt
 alone. Only the last position's logits are computed (``logits_to_keep=1``):
-the (B, T, V) logit tensor of a plain forward is never built. Gradients flow;
-callers that only act wrap the call in ``torch.no_grad()``.
+the (B, T, V) logit tensor of a plain forward is never built, and the hidden state
+for a value head is the LM head's input at that position (captured with a hook,
+:func:`capture_final_hidden`), so no layer's full hidden states are kept
+(``output_hidden_states`` is never asked for). Gradients flow; callers that only
+act wrap the call in ``torch.no_grad()``.
+
+Precision: only the model forward runs under the caller's ``autocast``; the logits
+are cast to float32 before the label gather, the menu log-softmax and the label
+mass, whatever the weights' dtype.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -158,6 +167,9 @@ def readout_from_ids(
     label_ids: torch.Tensor,
     label_valid: torch.Tensor,
     return_hidden: bool = False,
+    *,
+    temperature: float | torch.Tensor = 1.0,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> ReadoutResult:
     """Label readout over stored, left-padded token ids (exact re-scoring, no re-tokenizing).
 
@@ -169,6 +181,12 @@ def readout_from_ids(
             are ignored (any in-range id, e.g. 0).
         label_valid: (B, K) bool, True for the row's legal labels.
         return_hidden: also return the last hidden state (B, d).
+        temperature: the behaviour policy's temperature, a float or (B,) per row:
+            ``logp = log_softmax(label_logits / T)``, the distribution actions are
+            sampled from (so stored and re-scored log-probs are the same event).
+            ``label_mass`` is always measured at temperature 1.
+        autocast: context-manager factory around the model forward only
+            (``rlid.hardware.Precision.autocast``).
     """
     _check_ids(input_ids, attention_mask, label_ids, label_valid)
     device = _device(model)
@@ -191,20 +209,23 @@ def readout_from_ids(
 
     # Left padding: the first real token of every row gets position 0.
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=1,
-        use_cache=False,
-        output_hidden_states=return_hidden,
-    )
+    with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=1,
+            use_cache=False,
+        )
+    # float32 from here on, whatever the weights or the autocast dtype
     logits = out.logits[:, -1].float()  # (B, V)
     label_logits = logits.gather(1, label_ids.clamp(0, vocab_size - 1))  # (B, K)
     label_logits = label_logits.masked_fill(~label_valid, float("-inf"))  # (B, K)
-    logp = torch.log_softmax(label_logits, dim=-1)  # (B, K)
     log_mass = torch.logsumexp(label_logits, -1) - torch.logsumexp(logits, -1)  # (B,)
-    hidden = out.hidden_states[-1][:, -1] if return_hidden else None  # (B, d)
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.to(device=device, dtype=torch.float32)[:, None]  # (B, 1)
+    logp = torch.log_softmax(label_logits / temperature, dim=-1)  # (B, K)
+    hidden = captured[-1][:, -1] if return_hidden else None  # (B, d)
     return ReadoutResult(
         logp=logp,
         label_mass=log_mass.exp(),
@@ -244,10 +265,32 @@ def _check_ids(
         )
 
 
+@contextmanager
+def capture_final_hidden(model: torch.nn.Module, enabled: bool = True) -> Iterator[list[Any]]:
+    """Collect the LM head's input (the final hidden state, after the last norm) of each
+    forward inside the block: a list of (B, T_kept, d) tensors, with gradients.
+
+    A pre-hook on ``model.get_output_embeddings()`` works for any Hugging Face causal
+    LM (also peft-wrapped), and sees only the positions ``logits_to_keep`` keeps.
+    """
+    captured: list[Any] = []
+    if not enabled:
+        yield captured
+        return
+    head = model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
 def model_vocab_size(model: PreTrainedModel) -> int:
     """Rows of the output embedding (the logit dimension)."""
     return model.get_output_embeddings().weight.shape[0]
 
 
 def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+    """Where the model computes (an offloaded model says so with ``compute_device``)."""
+    compute = getattr(model, "compute_device", None)
+    return compute if compute is not None else next(model.parameters()).device

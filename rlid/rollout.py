@@ -1,7 +1,10 @@
 """Episode rollouts over several envs at once (one batched policy call per step).
 
 Episodes of one iteration run in lockstep: at each step the still-running envs
-are asked for one decision each in a single batched call, then stepped. A *group*
+are asked for one decision each in a single batched call, then stepped together
+(``envs`` is a plain list, stepped in this process, or a
+:class:`rlid.env_workers.WorkerEnvs` whose workers step their share at the same
+time; episodes are the same either way). A *group*
 is a set of episodes reset with the same seed, i.e. the same game played several
 times (GRPO's "several responses to the same prompt", at the episode level).
 
@@ -20,6 +23,7 @@ import torch
 
 from menus import make_memory
 from rlid.budget import Budget, Timers
+from rlid.env_workers import batched
 from rlid.protocols import Policy
 
 
@@ -68,13 +72,14 @@ def collect_episodes(
         raise ValueError("envs, reset_seeds and groups must have the same length")
     budget = budget if budget is not None else Budget()
     timers = timers if timers is not None else Timers()
+    env_batch = batched(envs)  # a list, or envs in worker processes (rlid.env_workers)
     episodes = [Episode(group=g, reset_seed=s) for g, s in zip(groups, reset_seeds)]
-    memories = [make_memory(interface.memory, interface.memory_size) for _ in envs]
+    memories = [make_memory(interface.memory, interface.memory_size) for _ in range(len(envs))]
     observations: list[str] = []
     infos: list[dict[str, Any]] = []
     with timers.time("env"):
-        for env, seed, memory, episode in zip(envs, reset_seeds, memories, episodes):
-            obs, info = env.reset(seed=int(seed))
+        resets = env_batch.reset_many(list(range(len(envs))), [int(s) for s in reset_seeds])
+        for (obs, info), memory, episode in zip(resets, memories, episodes):
             memory.reset()
             episode.max_score = float(info["max_score"])
             episode.game_seed = info.get("game_seed")
@@ -94,8 +99,9 @@ def collect_episodes(
         )
         still = []
         with timers.time("env"):
-            for i, record in zip(active, records):
-                obs, reward, terminated, truncated, info = envs[i].step(record.action)
+            steps = env_batch.step_many(active, [record.action for record in records])
+            for i, record, step in zip(active, records, steps):
+                obs, reward, terminated, truncated, info = step
                 memories[i].update(obs, record.action, info)
                 episode = episodes[i]
                 episode.decisions.append(record)

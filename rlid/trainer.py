@@ -32,10 +32,18 @@ from rlid.advantages import gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
+from rlid.env_workers import WorkerEnvs
+from rlid.hardware import (
+    OffloadedModel,
+    Precision,
+    Stepper,
+    enable_gradient_checkpointing,
+    train_mode_without_dropout,
+)
 from rlid.lora import AdapterDisabled, load_run_model, own_memory
 from rlid.planes import get_plane
-from rlid.policy import Decision, ValueHead
-from rlid.ppo import decision_ppo_loss
+from rlid.policy import Decision, ValueHead, chunks
+from rlid.ppo import decision_ppo_loss, minibatches
 from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.dir import rng_state
@@ -57,8 +65,12 @@ def iteration_rngs(
     return rng, gen
 
 
-def make_envs(config: TrainConfig, split: str, count: int) -> list[Any]:
+def make_envs(config: TrainConfig, split: str, count: int) -> Any:
+    """``count`` envs of the config: a list, or with ``env_workers > 0`` a
+    :class:`rlid.env_workers.WorkerEnvs` (list-like: ``len``, slices, ``[i]``)."""
     options = {**config.env_options, "split": split}
+    if config.env_workers > 0:
+        return WorkerEnvs(config.env, options, count, workers=config.env_workers)
     return [envs_pkg.make(config.env, **options) for _ in range(count)]
 
 
@@ -87,6 +99,14 @@ def preflight_menu_sizes(
             f"{interface.labels!r} has only {max_rows} valid single-token labels for this "
             f"tokenizer; use a larger alphabet (e.g. --labels A-Za-z) or --overflow truncate"
         )
+
+
+def close_envs(*env_lists: Any) -> None:
+    """Stop env worker processes (a plain env list needs nothing)."""
+    for env_list in env_lists:
+        close = getattr(env_list, "close", None)
+        if callable(close):
+            close()
 
 
 def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], list[int]]:
@@ -242,16 +262,6 @@ def _evaluate(
     return done
 
 
-def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
-    """The per-minibatch metrics of ``ppo_update``, known before any forward pass."""
-    names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
-    names += ["kl_ref"] if config.kl_coef > 0 else []
-    names += ["label_mass"]
-    names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
-    names += ["value_loss"] if policy.value_head is not None else []
-    return names + ["loss"]
-
-
 def ppo_update(
     policy: MenuPolicy,
     decisions: list[Decision],
@@ -264,128 +274,192 @@ def ppo_update(
     rng: np.random.Generator,
     budget: Budget,
     timers: Timers,
+    scaler: torch.amp.GradScaler | None = None,
     world: World = dist_.SINGLE,
     owner: np.ndarray | None = None,
 ) -> dict[str, float]:
     """PPO epochs x minibatches over one iteration's decisions; returns mean metrics.
 
-    ``owner`` maps the global decision list (all ranks, groups in order) to indices
-    into ``decisions`` (-1: held by another rank; default: this process holds all).
-    Minibatches are drawn over the global list; each rank's loss is its members' sum
-    divided by the global minibatch size, and gradients are summed over ranks.
+    Several processes: ``owner`` maps the global decision list (all ranks, groups in
+    order) to indices into ``decisions`` (-1: held by another rank; default: this
+    process holds all). Minibatches are drawn over the global list with the same
+    permutation on every rank; each rank's loss terms are divided by the *global*
+    minibatch size and the gradients are summed over ranks, so every rank takes the
+    same steps as one process would (a rank holding no member still joins the sum).
+
+    Each minibatch is one optimizer step; its forward/backward runs in micro-batches
+    of ``config.micro_batch_size`` decisions whose gradients accumulate, every loss
+    term divided by the *minibatch's* decision count (``normaliser``), so the step
+    equals the one-batch step. A minibatch whose advantages are all zero carries no
+    policy-gradient signal: it is skipped (with a value head only the value loss is
+    kept), because an entropy / KL / label-mass term alone would get a full-size AdamW
+    step (Adam normalises the gradient's scale away) and drive the policy by itself.
+    ``advantages`` / ``targets`` are (N,) float32 on any device; each micro-batch's
+    slice is moved to the model's device once.
     """
     owner = np.arange(len(decisions)) if owner is None else owner
-    if (
-        not dist_.any_rank(bool(advantages.any()), world)
-        and policy.value_head is None
-        and config.ent_coef == 0
-        and config.kl_coef == 0
-        and config.label_mass_coef == 0
-    ):
+    held = owner >= 0
+    # which global decisions carry advantage signal (a minibatch without any is skipped)
+    nonzero = np.zeros(len(owner))
+    nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+    nonzero = dist_.all_sum(nonzero, world).numpy() > 0
+    if not nonzero.any() and policy.value_head is None:
         # Nothing to learn from (e.g. every group had equal returns): an AdamW step on a
-        # zero gradient would still move the parameters through its momentum.
+        # zero gradient would still move the parameters through its momentum, and a
+        # regulariser alone would be amplified to a full step.
         return {"skipped_update": 1.0}
+    stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
+    micro = config.micro_batch_size or config.minibatch_size
     logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
     actions = torch.tensor([d.chosen for d in decisions])  # (N,)
     names = update_metric_names(config, policy)
     sums: dict[str, float] = {}
-    count = 0
+    count = skipped = 0
     stop = False
-    for _ in range(config.epochs):
-        order = rng.permutation(len(owner))
-        for start in range(0, len(owner), config.minibatch_size):
-            members = owner[order[start : start + config.minibatch_size]]
-            idx = members[members >= 0]  # the members this rank holds
-            share = len(idx) / len(members)  # the global normaliser: / len(members)
-            optimizer.zero_grad(set_to_none=True)
-            local = dict.fromkeys(names, 0.0)
-            if len(idx):
-                loss, metrics = _minibatch_loss(
-                    policy, [decisions[i] for i in idx], actions[idx], logp_old[idx],
-                    advantages[idx], targets[idx], config=config, timers=timers,
-                )  # fmt: skip
+    model = getattr(policy, "model", None)
+    checkpointing = config.gradient_checkpointing and model is not None
+    with train_mode_without_dropout(model, enabled=checkpointing):  # type: ignore[arg-type]
+        for _ in range(config.epochs):
+            order = rng.permutation(len(owner))
+            for chosen in minibatches(order, config.minibatch_size):
+                signal = bool(nonzero[chosen].any())
+                if not signal and policy.value_head is None:
+                    skipped += 1
+                    continue
+                members = owner[chosen]
+                idx = members[members >= 0]  # the members this rank holds
+                stepper.zero_grad()
+                totals = dict.fromkeys(names, 0.0)
+                for part in chunks(len(idx), micro):
+                    metrics = _decision_micro_step(
+                        policy, decisions, idx[part], actions, logp_old, advantages, targets,
+                        normaliser=len(chosen), signal=signal, config=config, stepper=stepper,
+                        timers=timers,
+                    )  # fmt: skip
+                    for k, v in metrics.items():
+                        totals[k] = totals.get(k, 0.0) + float(v)
                 with timers.time("backward"):
-                    (loss * share).backward()
-                local = {k: float(metrics[k]) * share for k in names[:-1]}
-                local["loss"] = float(loss.detach()) * share
-            with timers.time("backward"):
-                dist_.reduce_gradients(params, world)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-            budget.optimizer_steps += 1
-            reduced = dist_.all_sum([local[k] for k in names], world)
-            metrics = {k: float(v) for k, v in zip(names, reduced)}
-            metrics["grad_norm"] = float(grad_norm)
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v
-            count += 1
-            if config.target_kl is not None and metrics["approx_kl"] > config.target_kl:
-                stop = True  # the all-reduced KL: every rank stops at the same step
+                    dist_.reduce_gradients(params, world)
+                    grad_norm = stepper.step()
+                budget.optimizer_steps += 1
+                # every term is a sum / the global minibatch size: sum over ranks
+                reduced = dist_.all_sum([totals.get(k, 0.0) for k in names], world)
+                step_metrics = {k: float(v) for k, v in zip(names, reduced)}
+                step_metrics["grad_norm"] = float(grad_norm)
+                for k, v in step_metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+                if config.target_kl is not None and step_metrics["approx_kl"] > config.target_kl:
+                    stop = True  # the all-reduced KL: every rank stops at the same step
+                    break
+            if stop:
                 break
-        if stop:
-            break
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out["early_stop"] = float(stop)
+    if skipped:
+        out["skipped_minibatches"] = float(skipped)
     return out
 
 
-def _minibatch_loss(
+def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
+    """The per-minibatch metrics of ``ppo_update``, known before any forward pass (a rank
+    holding no member of a minibatch still reports zeros for each)."""
+    names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
+    names += ["kl_ref"] if config.kl_coef > 0 else []
+    names += ["label_mass"]
+    names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
+    names += ["value_loss"] if policy.value_head is not None else []
+    return names + ["loss"]
+
+
+def _decision_micro_step(
     policy: MenuPolicy,
-    batch: list[Decision],
+    decisions: list[Decision],
+    idx: np.ndarray,
     actions: torch.Tensor,
     logp_old: torch.Tensor,
     advantages: torch.Tensor,
     targets: torch.Tensor,
     *,
+    normaliser: int,
+    signal: bool,
     config: TrainConfig,
+    stepper: Stepper,
     timers: Timers,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The PPO loss of one minibatch (its mean over ``batch``) and its metrics."""
+) -> dict[str, torch.Tensor]:
+    """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
+    (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's."""
+    batch = [decisions[i] for i in idx]
     with timers.time("forward"):
-        logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d)
+        logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
+    device = logp_all.device
     ref = None
     if config.kl_coef > 0:
         ref = torch.full_like(logp_all, float("-inf"))
-        for b, row in enumerate(d.extra["logp_ref_all"] for d in batch):
-            ref[b, : len(row)] = torch.tensor(row)
+        for b, d in enumerate(batch):
+            row = d.extra["logp_ref_all"]
+            ref[b, : len(row)] = torch.tensor(row, device=device)
     with timers.time("backward"):
+        # without policy-gradient signal (value head only) no regulariser may act alone
         loss, metrics = decision_ppo_loss(
             logp_all,
-            actions,
-            logp_old,
-            advantages,
+            actions[idx].to(device),
+            logp_old[idx].to(device),
+            advantages[idx].to(device=device, dtype=torch.float32),
             clip_eps=config.clip_eps,
-            ent_coef=config.ent_coef,
+            ent_coef=config.ent_coef if signal else 0.0,
             logp_ref_all=ref,
-            kl_coef=config.kl_coef,
+            kl_coef=config.kl_coef if signal else 0.0,
             label_mass=label_mass,
+            normaliser=normaliser,
         )
-        if config.label_mass_coef > 0:
+        if config.label_mass_coef > 0 and signal:
             # The label softmax is blind to a shift of all label logits, so nothing
             # else holds the LM's mass on the labels (leakage grows at high lr).
-            mass_loss = -torch.log(label_mass.clamp_min(1e-12)).mean()
+            mass_loss = -torch.log(label_mass.clamp_min(1e-12)).sum() / normaliser
             loss = loss + config.label_mass_coef * mass_loss
             metrics = {**metrics, "label_mass_loss": mass_loss.detach()}
         if policy.value_head is not None:
-            value = policy.value_head(hidden)  # (B,)
-            value_loss = 0.5 * (value - targets).pow(2).mean()
+            value = policy.value_head(hidden)  # (B,) float32
+            target = targets[idx].to(device=device, dtype=torch.float32)
+            value_loss = 0.5 * (value - target).pow(2).sum() / normaliser
             loss = loss + config.vf_coef * value_loss
             metrics = {**metrics, "value_loss": value_loss.detach()}
-    return loss, metrics
+        stepper.backward(loss)
+    return {**metrics, "loss": loss.detach()}
 
 
 def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:
     """The KL reference: the *starting* model, also when resuming from a later checkpoint.
 
     With LoRA it is the same model with its adapters disabled (no copy); otherwise a
-    frozen copy.
+    frozen copy (``requires_grad`` off, never in the optimizer) in the weight dtype, on
+    the model's device — or kept on the CPU and moved per batch with ``ref_offload``.
     """
     from rlid.models import load_policy_model
 
     if config.lora_rank > 0:
         return AdapterDisabled(model)
     start_model = own_memory(load_policy_model(str(config.model))[0]) if log.resuming else model
-    return copy.deepcopy(start_model).eval().requires_grad_(False)
+    precision = Precision.from_config(config)
+    if config.ref_offload:
+        ref = copy.deepcopy(start_model).to(device="cpu", dtype=precision.weight_dtype)
+        return OffloadedModel(ref, precision.device)
+    ref = copy.deepcopy(start_model).to(device=precision.device, dtype=precision.weight_dtype)
+    return ref.eval().requires_grad_(False)
+
+
+def setup_hardware(
+    config: TrainConfig, model: torch.nn.Module
+) -> tuple[torch.nn.Module, Precision, torch.amp.GradScaler | None]:
+    """Threads, device, weight dtype and gradient checkpointing of a run's model."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    precision = Precision.from_config(config)
+    model = precision.place(model)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model, precision, precision.grad_scaler()
 
 
 def begin_run(
@@ -508,18 +582,22 @@ def train(
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
     world.check_groups(config.groups_per_iter)
-    torch.set_num_threads(config.threads)
+    Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
 
     model, tokenizer = load_run_model(config, log)
+    model, precision, scaler = setup_hardware(config, model)
     model.eval()  # no dropout: rollouts and updates see the same function
-    value_head = ValueHead(model.config.hidden_size) if config.advantage == "gae" else None
+    value_head = None
+    if config.advantage == "gae":  # float32 on the model's device
+        value_head = ValueHead(model.config.hidden_size).to(precision.device)
     make_policy = make_policy or plane_policy_factory(config)
     policy = make_policy(
-        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers
-    )
-    train_envs = make_envs(config, "train", config.group_size)
+        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
+        autocast=precision.autocast,
+    )  # fmt: skip
+    train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
     preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
 
@@ -551,10 +629,11 @@ def train(
         )  # fmt: skip
         if ref_policy is not None:
             for e in episodes:
-                with torch.no_grad():
-                    logp_ref, _, _ = ref_policy.score(e.decisions)
-                for d, row in zip(e.decisions, logp_ref):
-                    d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
+                for part in chunks(len(e.decisions), config.micro_batch_size):
+                    with torch.no_grad():
+                        logp_ref, _, _ = ref_policy.score(e.decisions[part])
+                    for d, row in zip(e.decisions[part], logp_ref):
+                        d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
 
         # 2. advantages
         decisions, advantages, targets = compute_advantages(episodes, config)
@@ -566,7 +645,8 @@ def train(
         owner = dist_.global_index(counts, config.groups_per_iter, world)
         update = ppo_update(
             policy, decisions, advantages, targets, config=config, optimizer=optimizer,
-            params=params, rng=rng, budget=budget, timers=timers, world=world, owner=owner,
+            params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
+            world=world, owner=owner,
         )  # fmt: skip
 
         # 4. logging, evaluation, checkpoint (statistics over all ranks)
@@ -587,4 +667,5 @@ def train(
             world=world,
         )  # fmt: skip
     finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config, world=world)
+    close_envs(train_envs, eval_envs)
     return log

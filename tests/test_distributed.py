@@ -46,6 +46,7 @@ def config(**changes) -> TrainConfig:
         eval_episodes=0,
         threads=1,
         dist_timeout=30.0,
+        checkpoint_every=1,
         interface=Interface(memory="none"),
     )
     base.update(changes)

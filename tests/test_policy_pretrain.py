@@ -74,9 +74,9 @@ def test_sampling_respects_padding_and_greedy():
     logp[1, 2] = float("-inf")
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
-        rows = sample_rows(logp, generator=gen, temperature=1.0, greedy=False)
+        rows = sample_rows(logp, generator=gen, greedy=False)
         assert rows[0] == 1 and rows[1] in (0, 1)
-    assert sample_rows(logp, generator=gen, temperature=1.0, greedy=True)[0] == 1
+    assert sample_rows(logp, generator=gen, greedy=True)[0] == 1
 
 
 def test_pretraining_is_deterministic_saves_and_reloads_with_the_same_readout(tmp_path):

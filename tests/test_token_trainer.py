@@ -211,7 +211,7 @@ class _Crash(Exception):
 
 
 def test_resume_replays_exactly(commanding_model, tmp_path, monkeypatch):
-    config = _config(commanding_model, steps=30)
+    config = _config(commanding_model, steps=30, checkpoint_every=1)
     straight = train_token(config, tmp_path / "a", progress=False)
     assert len(straight.metrics) >= 2
 

@@ -64,7 +64,9 @@ def test_training_changes_parameters_and_writes_the_run_directory(tmp_path):
     assert (run / "checkpoint" / "model" / "model.safetensors").exists()
     rows = read_metrics(run)
     assert rows and rows[-1]["budget"]["env_steps"] >= config.steps
-    for row in rows:
+    updated = [row for row in rows if "skipped_update" not in row]  # equal returns: no step
+    assert updated
+    for row in updated:
         for key in ("loss", "entropy", "clip_frac", "approx_kl", "label_marginal_kl_uniform"):
             assert torch.isfinite(torch.tensor(float(row[key]))), key
     fresh, _ = load_policy_model("tiny")
@@ -236,11 +238,19 @@ def test_label_mass_penalty_raises_the_label_mass():
     _, mass_before, _ = policy.score(decisions)
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-3)
+    # the penalty regularises an update with policy-gradient signal (alone it is skipped,
+    # like every regulariser: Adam would turn it into a full-size step)
     out = trainer_mod.ppo_update(
         policy, decisions, torch.zeros(2), torch.zeros(2), config=config, optimizer=optimizer,
         params=params, rng=np.random.default_rng(0), budget=Budget(), timers=Timers(),
     )  # fmt: skip
-    assert "label_mass_loss" in out  # not skipped: the penalty alone has a gradient
+    assert out == {"skipped_update": 1.0}
+    out = trainer_mod.ppo_update(
+        policy, decisions, torch.tensor([1.0, -1.0]), torch.zeros(2), config=config,
+        optimizer=optimizer, params=params, rng=np.random.default_rng(0), budget=Budget(),
+        timers=Timers(),
+    )  # fmt: skip
+    assert "label_mass_loss" in out
     _, mass_after, _ = policy.score(decisions)
     assert float(mass_after.mean()) > float(mass_before.mean())
     assert out["label_mass_loss"] == pytest.approx(-float(torch.log(mass_before).mean()), rel=0.5)

@@ -72,17 +72,22 @@ def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    return {
+    state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(
@@ -93,10 +98,13 @@ def save_checkpoint(
     extra_modules: dict[str, torch.nn.Module],
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
+    keep: int = 1,
     rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
 
+    With ``keep > 1`` the replaced checkpoint is kept as ``DIR/checkpoint-<iteration>``
+    (the newest ``keep - 1`` of those stay; resume always reads ``DIR/checkpoint``).
     ``rng_states``: every process's RNG state in rank order (default: this one's).
     """
     run_dir = Path(run_dir)
@@ -122,11 +130,29 @@ def save_checkpoint(
             os.replace(final, old)
         os.replace(tmp, final)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            _retire_checkpoint(run_dir, old, keep)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _retire_checkpoint(run_dir: Path, old: Path, keep: int) -> None:
+    """Delete a replaced checkpoint, or keep it as ``checkpoint-<iteration>`` (newest
+    ``keep - 1`` kept)."""
+    if keep <= 1:
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    iteration = int(json.loads((old / "state.json").read_text()).get("iteration", 0))
+    target = run_dir / f"{CHECKPOINT}-{iteration}"
+    shutil.rmtree(target, ignore_errors=True)  # a resumed run re-saving an iteration
+    os.replace(old, target)
+    kept = sorted(
+        (p for p in run_dir.glob(f"{CHECKPOINT}-*") if p.name.rsplit("-", 1)[1].isdigit()),
+        key=lambda p: int(p.name.rsplit("-", 1)[1]),
+    )
+    for stale in kept[: max(len(kept) - (keep - 1), 0)]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def recover_checkpoint_dir(run_dir: Path) -> Path | None:

@@ -141,7 +141,8 @@ class RunLog:
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
-            optimizer=optimizer, state=state, rng_states=rng_states,
+            optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
+            rng_states=rng_states,
         )  # fmt: skip
 
     def restore(

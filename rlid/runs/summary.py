@@ -74,6 +74,11 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         f"advantage {config.advantage}"
     )
     lines.append("")
+    lines.append(
+        f"device {getattr(config, 'device', 'cpu')}, dtype {getattr(config, 'dtype', 'float32')}, "
+        f"mixed precision {getattr(config, 'mixed_precision', 'none')}"
+    )
+    lines.append("")
     lines.append("## Held-out evaluation")
     lines.append("")
     keys = ["success", "return", "normalized_score", "episode_length", "invalid_rate", "episodes"]

@@ -1,0 +1,201 @@
+"""One-process hardware controls, side by side in one run (DESIGN §10).
+
+1. Env workers: median lockstep step time (and reset time) of N TextWorld envs
+   stepped in this process (``env_workers=0``) vs in worker processes
+   (``env_workers=W``), same games, same random actions.
+2. Update: label readout + decision-PPO loss + backward + AdamW step on a random
+   28.5M-parameter model (``rlid.models`` "large" preset), time and peak memory,
+   in float32, bf16 autocast (float32 master weights), and float32 with gradient
+   checkpointing. Peak memory is the CUDA allocator's peak on a GPU, and the peak of
+   live CPU tensors (torch profiler) on the CPU.
+
+    python benchmarks/hardware.py [--envs 16] [--workers 2] [--steps 20] [--batch 4]
+        [--reps 2] [--device auto] [--only env|update]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs
+from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
+from rlid.env_workers import InProcessEnvs, WorkerEnvs
+from rlid.hardware import (
+    Precision,
+    enable_gradient_checkpointing,
+    resolve_device,
+)
+from rlid.models import build_model_from_config, model_config
+from rlid.policy import DecisionPolicy
+from rlid.tokenizer import build_tiny_tokenizer
+from rlid.trainer import ppo_update
+
+
+def _sibling(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------ env workers
+def lockstep_times(env_batch: Any, count: int, steps: int, seed: int) -> tuple[float, float]:
+    """Median seconds per lockstep step of all envs, and per reset of all envs."""
+    rng = np.random.default_rng(seed)
+    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=count)]
+    resets, step_times = [], []
+    indices = list(range(count))
+    t0 = time.perf_counter()
+    infos = [info for _, info in env_batch.reset_many(indices, seeds)]
+    resets.append(time.perf_counter() - t0)
+    for _ in range(steps):
+        actions = [info["legal_actions"][int(rng.integers(len(info["legal_actions"])))]
+                   for info in infos]  # fmt: skip
+        t0 = time.perf_counter()
+        results = env_batch.step_many(indices, actions)
+        step_times.append(time.perf_counter() - t0)
+        ended = [i for i, r in enumerate(results) if r[2] or r[3]]
+        infos = [r[4] for r in results]
+        if ended:  # keep every env playing: reset the finished ones (timed as resets)
+            t0 = time.perf_counter()
+            for i, (_, info) in zip(ended, env_batch.reset_many(ended, [seeds[i] for i in ended])):
+                infos[i] = info
+            resets.append((time.perf_counter() - t0) * count / len(ended))
+    return statistics.median(step_times), statistics.median(resets)
+
+
+def bench_envs(args: argparse.Namespace) -> list[str]:
+    options = _sibling("env_throughput").options_for(args.env)
+    options = {**options, "split": "train"}
+    options.pop("game_seed", None)  # a different game per reset seed, as in training
+    rows = []
+    in_process = InProcessEnvs([envs.make(args.env, **options) for _ in range(args.envs)])
+    lockstep_times(in_process, args.envs, 2, args.seed)  # compile / cache the games first
+    step0, reset0 = lockstep_times(in_process, args.envs, args.steps, args.seed)
+    rows.append((0, step0, reset0))
+    with WorkerEnvs(args.env, options, args.envs, workers=args.workers) as pool:
+        lockstep_times(pool, args.envs, 2, args.seed)
+        step_w, reset_w = lockstep_times(pool, args.envs, args.steps, args.seed)
+    rows.append((args.workers, step_w, reset_w))
+    lines = [
+        f"### env workers: {args.envs} x {args.env} {options}, {args.steps} lockstep steps",
+        "",
+        "| env_workers | lockstep step ms (median) | reset of all envs ms (median) | step speed-up |",
+        "|---|---|---|---|",
+    ]
+    for workers, step, reset in rows:
+        lines.append(f"| {workers} | {step * 1e3:.1f} | {reset * 1e3:.1f} | {step0 / step:.2f}x |")
+    return lines
+
+
+# ---------------------------------------------------------------------------- update
+def _decisions(policy: DecisionPolicy, batch: int, seed: int) -> list[Any]:
+    env = envs.make("keydoor", size=3, game_seed=0)
+    obs, infos = [], []
+    for s in range(batch):
+        o, i = env.reset(seed=seed + s)
+        obs.append(o)
+        infos.append(i)
+    with torch.no_grad():
+        return policy.act(
+            obs, infos, [None] * batch, rng=np.random.default_rng(seed),
+            generator=torch.Generator().manual_seed(seed),
+        )  # fmt: skip
+
+
+def bench_update(args: argparse.Namespace) -> list[str]:
+    device = resolve_device(args.device)
+    tokenizer = build_tiny_tokenizer()
+    settings = [
+        ("float32", dict()),
+        ("bf16 autocast", dict(mixed_precision="bf16")),
+        ("float32 + gradient checkpointing", dict(gradient_checkpointing=True)),
+    ]
+    peak_tensor_bytes = _sibling("readout").peak_tensor_bytes
+    lines = [
+        f"### update: random 28.5M model ('large'), {args.batch} decisions, device {device}",
+        "",
+        "| setting | readout + update s (min) | peak memory MiB | loss |",
+        "|---|---|---|---|",
+    ]
+    for name, changes in settings:
+        config = TrainConfig(
+            device=str(device), epochs=1, minibatch_size=args.batch, max_grad_norm=1.0,
+            **changes,  # type: ignore[arg-type]
+        )  # fmt: skip
+        precision = Precision.from_config(config)
+        model = build_model_from_config(model_config(tokenizer, "large"), seed=args.seed)
+        precision.place(model)
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        policy = DecisionPolicy(model, tokenizer, config.interface, autocast=precision.autocast)
+        decisions = _decisions(policy, args.batch, args.seed)
+        advantages = torch.randn(args.batch, generator=torch.Generator().manual_seed(args.seed))
+        params = list(model.parameters())
+        optimizer = torch.optim.AdamW(params, lr=1e-5)
+        out: dict[str, float] = {}
+
+        def update() -> None:
+            out.update(
+                ppo_update(
+                    policy, decisions, advantages, torch.zeros(args.batch), config=config,
+                    optimizer=optimizer, params=params, rng=np.random.default_rng(0),
+                    budget=Budget(), timers=Timers(), scaler=precision.grad_scaler(),
+                )  # fmt: skip
+            )
+
+        update()  # warm-up (allocator, optimizer state)
+        times = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            update()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            update()
+            peak = torch.cuda.max_memory_allocated() - base
+        else:
+            peak = peak_tensor_bytes(update)
+        lines.append(f"| {name} | {min(times):.2f} | {peak / 2**20:.0f} | {out['loss']:.4f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="tw-coin_collector")
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=["env", "update"], default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.only in (None, "env"):
+        print("\n".join(bench_envs(args)) + "\n", flush=True)
+    if args.only in (None, "update"):
+        print("\n".join(bench_update(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

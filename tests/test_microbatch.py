@@ -1,0 +1,271 @@
+"""Gradient accumulation: micro-batches of 1, 4 and 32 give the update of one batch of 32.
+
+The loss normaliser is the minibatch's, never the micro-batch's (the verl #5625 bug
+class); each test also shows that dividing by the micro-batch's own count would
+give a different gradient, so the equivalence checks have teeth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from baselines.losses import aggregation_normaliser, normaliser_units, token_policy_loss
+from rlid.ppo import decision_ppo_loss, minibatches
+
+MICRO = [1, 4, 32]
+B = 32
+
+
+def _decision_batch(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    width = 5
+    sizes = torch.randint(2, width + 1, (B,), generator=gen)  # menu sizes 2..5
+    logits = torch.randn(B, width, generator=gen)
+    valid = torch.arange(width)[None, :] < sizes[:, None]
+    logits = logits.masked_fill(~valid, float("-inf"))
+    actions = (torch.rand(B, generator=gen) * sizes).long()
+    logp_old = torch.log_softmax(logits + 0.3 * torch.randn(B, width, generator=gen), -1)
+    logp_old = logp_old.gather(1, actions[:, None]).squeeze(1)
+    ref = torch.log_softmax(logits + torch.randn(B, width, generator=gen), -1)
+    advantages = torch.randn(B, generator=gen)
+    return logits, actions, logp_old, ref, advantages
+
+
+def _decision_grad(logits, actions, logp_old, ref, advantages, micro: int, normaliser):
+    leaf = logits.clone().requires_grad_(True)
+    total = torch.zeros(())
+    for start in range(0, B, micro):
+        part = slice(start, start + micro)
+        logp_all = torch.log_softmax(leaf[part], -1)
+        n = normaliser if normaliser is not None else None
+        loss, _ = decision_ppo_loss(
+            logp_all, actions[part], logp_old[part], advantages[part], clip_eps=0.2,
+            ent_coef=0.05, logp_ref_all=ref[part], kl_coef=0.1, normaliser=n,
+        )  # fmt: skip
+        loss.backward()
+        total = total + loss.detach()
+    return leaf.grad, total
+
+
+@pytest.mark.parametrize("micro", MICRO)
+def test_decision_loss_micro_batches_equal_one_batch(micro):
+    batch = _decision_batch()
+    grad_one, loss_one = _decision_grad(*batch, micro=B, normaliser=None)
+    grad_micro, loss_micro = _decision_grad(*batch, micro=micro, normaliser=B)
+    torch.testing.assert_close(grad_micro, grad_one, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(loss_micro, loss_one, rtol=1e-5, atol=1e-7)
+    if micro < B:  # the micro-batch's own normaliser is wrong by a factor B / micro
+        grad_wrong, _ = _decision_grad(*batch, micro=micro, normaliser=None)
+        assert not torch.allclose(grad_wrong, grad_one)
+
+
+def _token_batch(seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    width = 6
+    lengths = torch.randint(1, width + 1, (B,), generator=gen)  # ragged: 1..6 tokens
+    mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # right-aligned
+    logp = -torch.rand(B, width, generator=gen) * 3
+    logp_old = logp + 0.2 * torch.randn(B, width, generator=gen)
+    logp_rollout = logp_old + 0.1 * torch.randn(B, width, generator=gen)
+    logp_ref = logp + 0.3 * torch.randn(B, width, generator=gen)
+    advantages = torch.randn(B, generator=gen)
+    return logp, logp_old, logp_rollout, logp_ref, advantages, mask, lengths
+
+
+def _token_grad(variant, batch, micro: int, normaliser):
+    logp, logp_old, logp_rollout, logp_ref, advantages, mask, lengths = batch
+    leaf = logp.clone().requires_grad_(True)
+    total = torch.zeros(())
+    for start in range(0, B, micro):
+        part = slice(start, start + micro)
+        loss, _ = token_policy_loss(
+            leaf[part], logp_old[part], advantages[part], mask[part], variant=variant,
+            max_len=6, logp_rollout=logp_rollout[part], mismatch="tis",
+            logp_ref=logp_ref[part], beta=0.05, normaliser=normaliser,
+        )  # fmt: skip
+        loss.backward()
+        total = total + loss.detach()
+    return leaf.grad, total
+
+
+@pytest.mark.parametrize("variant", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
+@pytest.mark.parametrize("micro", MICRO)
+def test_token_aggregations_micro_batches_equal_one_batch(variant, micro):
+    batch = _token_batch()
+    lengths = batch[-1]
+    grad_one, loss_one = _token_grad(variant, batch, B, None)
+    normaliser = aggregation_normaliser(variant, lengths, 6)
+    grad_micro, loss_micro = _token_grad(variant, batch, micro, normaliser)
+    torch.testing.assert_close(grad_micro, grad_one, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(loss_micro, loss_one, rtol=1e-5, atol=1e-6)
+    if micro < B:
+        grad_wrong, _ = _token_grad(variant, batch, micro, None)
+        assert not torch.allclose(grad_wrong, grad_one)
+
+
+def test_aggregation_normalisers_by_hand():
+    lengths = torch.tensor([1, 3, 4])
+    assert float(aggregation_normaliser("grpo", lengths)) == 3  # sequences
+    assert float(aggregation_normaliser("gspo", lengths)) == 3
+    assert float(aggregation_normaliser("dapo", lengths)) == 8  # tokens
+    assert float(aggregation_normaliser("cispo", lengths)) == 8
+    assert float(aggregation_normaliser("dr_grpo", lengths, 5)) == 15  # B * max_len
+    assert normaliser_units("dapo", lengths).tolist() == [1.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="max_len"):
+        aggregation_normaliser("dr_grpo", lengths)
+    with pytest.raises(ValueError, match="unknown variant"):
+        aggregation_normaliser("ppo", lengths)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "n, size, expected",
+    [(65, 32, [32, 33]), (64, 32, [32, 32]), (48, 32, [32, 16]), (31, 32, [31]), (1, 32, [1]),
+     (70, 32, [32, 38]), (0, 32, [])],
+)  # fmt: skip
+def test_tail_minibatch_merges_into_the_previous_one(n, size, expected):
+    parts = minibatches(np.arange(n), size)
+    assert [len(p) for p in parts] == expected
+    assert sorted(np.concatenate(parts).tolist() if parts else []) == list(range(n))
+
+
+# ----------------------------------------------------------------- through the trainers
+def _tiny():
+    from rlid.models import build_tiny_model
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    return build_tiny_model(tokenizer, seed=0), tokenizer
+
+
+def _sgd_step_params(step) -> list[torch.Tensor]:
+    model, tokenizer = _tiny()
+    params = list(model.parameters())
+    # SGD: the parameter change is the (clipped) gradient itself, so equal updates
+    # mean equal gradients (Adam's first step would hide scale errors)
+    optimizer = torch.optim.SGD(params, lr=0.5)
+    step(model, tokenizer, params, optimizer)
+    return [p.detach().clone() for p in params]
+
+
+@pytest.fixture(scope="module")
+def decision_rollout():
+    import envs
+    from rlid.policy import DecisionPolicy
+    from rlid.trainer import TrainConfig
+
+    model, tokenizer = _tiny()
+    config = TrainConfig(env="keydoor", env_options={"size": 2})
+    policy = DecisionPolicy(model, tokenizer, config.interface)
+    env = envs.make("keydoor", size=2, game_seed=0)
+    obs, info = [], []
+    for seed in range(B):
+        o, i = env.reset(seed=seed)
+        obs.append(o)
+        info.append(i)
+    with torch.no_grad():
+        decisions = policy.act(
+            obs, info, [None] * B, rng=np.random.default_rng(0),
+            generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+    advantages = torch.randn(B, generator=torch.Generator().manual_seed(3))
+    return decisions, advantages
+
+
+@pytest.mark.parametrize("micro", [1, 4])
+@pytest.mark.parametrize("advantage", ["group", "gae"])
+def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advantage):
+    from rlid.budget import Budget, Timers
+    from rlid.policy import DecisionPolicy, ValueHead
+    from rlid.trainer import TrainConfig, ppo_update
+
+    decisions, advantages = decision_rollout
+    targets = advantages * 2
+
+    def step_with(micro_batch_size):
+        def step(model, tokenizer, params, optimizer):
+            config = TrainConfig(
+                env="keydoor", epochs=1, minibatch_size=B, micro_batch_size=micro_batch_size,
+                ent_coef=0.05, label_mass_coef=0.1, advantage=advantage, max_grad_norm=1e9,
+            )  # fmt: skip
+            head = None
+            if advantage == "gae":
+                head = ValueHead(model.config.hidden_size)
+                torch.nn.init.normal_(
+                    head.linear.weight, generator=torch.Generator().manual_seed(0)
+                )
+                params += list(head.parameters())
+                optimizer.add_param_group({"params": list(head.parameters())})
+            policy = DecisionPolicy(model, tokenizer, config.interface, value_head=head)
+            budget = Budget()
+            ppo_update(
+                policy, decisions, advantages, targets, config=config, optimizer=optimizer,
+                params=params, rng=np.random.default_rng(0), budget=budget, timers=Timers(),
+            )  # fmt: skip
+            assert budget.optimizer_steps == 1
+
+        return step
+
+    one = _sgd_step_params(step_with(None))
+    many = _sgd_step_params(step_with(micro))
+    start = _sgd_step_params(lambda *a: None)
+    assert any(not torch.equal(a, b) for a, b in zip(one, start))  # the step did something
+    for a, b in zip(many, one):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _generations(model, tokenizer):
+    from baselines.engine import completion_logprobs
+    from baselines.token_policy import Generation
+
+    gen = torch.Generator().manual_seed(5)
+    vocab = len(tokenizer)
+    prompts = [torch.randint(5, vocab, (int(n),), generator=gen).tolist()
+               for n in torch.randint(3, 9, (B,), generator=gen)]  # fmt: skip
+    outputs = [torch.randint(5, vocab, (int(n),), generator=gen).tolist()
+               for n in torch.randint(1, 7, (B,), generator=gen)]  # fmt: skip
+    with torch.no_grad():
+        logp, mask, _ = completion_logprobs(model, prompts, outputs, tokenizer.pad_token_id)
+    rows = [logp[b][mask[b]].tolist() for b in range(B)]
+    # logp_old a little off the current policy so ratios and clipping are exercised
+    return [
+        Generation(action="", text="", valid=True, prompt_ids=p, completion_ids=c,
+                   logp_rollout=[x - 0.05 for x in r], logp_old=[x + 0.1 for x in r],
+                   stopped=True)
+        for p, c, r in zip(prompts, outputs, rows)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
+def test_token_update_micro_batches_equal_one_batch(algo):
+    from baselines.token_trainer import token_update
+    from rlid.budget import Budget, Timers
+    from rlid.config import TrainConfig
+
+    advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
+
+    def step_with(micro_batch_size):
+        def step(model, tokenizer, params, optimizer):
+            config = TrainConfig(
+                plane="token", algo=algo, epochs=1, minibatch_size=B, max_new_tokens=6,
+                micro_batch_size=micro_batch_size, mismatch="tis", max_grad_norm=1e9,
+            )  # fmt: skip
+            completions = _generations(model, tokenizer)
+            budget = Budget()
+            token_update(
+                model, completions, advantages, config=config, optimizer=optimizer,
+                rng=np.random.default_rng(0), pad_id=tokenizer.pad_token_id, budget=budget,
+                timers=Timers(),
+            )  # fmt: skip
+            assert budget.optimizer_steps == 1
+
+        return step
+
+    one = _sgd_step_params(step_with(None))
+    start = _sgd_step_params(lambda *a: None)
+    assert any(not torch.equal(a, b) for a, b in zip(one, start))
+    for micro in (1, 4):
+        many = _sgd_step_params(step_with(micro))
+        for a, b in zip(many, one):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
