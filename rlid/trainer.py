@@ -221,8 +221,9 @@ def evaluate(
 ) -> dict[str, float]:
     """Success rate, return and length on ``episodes`` held-out games (greedy by default).
 
-    With several processes, episode i is played by rank i mod N and the statistics are
-    gathered (the same games; with shuffled menus the shuffle differs from one process).
+    Episodes are played in blocks of ``len(env_list)`` with the block's own randomness;
+    with several processes block b is played by rank b mod N and the statistics are
+    gathered, so the result does not depend on the number of processes.
     """
     if episodes == 0:
         return {}
@@ -230,8 +231,10 @@ def evaluate(
     saved = (policy.budget, policy.timers)
     policy.budget, policy.timers = Budget(), Timers()
     try:
-        mine = list(range(world.rank, episodes, world.size))
-        done = _evaluate(policy, env_list, mine, interface=interface, seed=seed, greedy=greedy)
+        starts = list(range(0, episodes, len(env_list)))[world.rank :: world.size]
+        done = _evaluate(
+            policy, env_list, starts, episodes, interface=interface, seed=seed, greedy=greedy
+        )
     finally:
         policy.budget, policy.timers = saved
     stats, _ = gathered_episode_stats(done, world)
@@ -242,23 +245,23 @@ def evaluate(
 def _evaluate(
     policy: Any,
     env_list: list[Any],
-    indices: list[int],
+    starts: list[int],
+    episodes: int,
     *,
     interface: Any,
     seed: int,
     greedy: bool,
 ) -> list[Episode]:
     done: list[Episode] = []
-    for start in range(0, len(indices), len(env_list)):
-        chunk = indices[start : start + len(env_list)]
-        seeds = [EVAL_SEED_BASE + i for i in chunk]
-        rng, gen = iteration_rngs(seed, chunk[0], stream=1)
+    for start in starts:
+        n = min(len(env_list), episodes - start)
+        seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
+        rng, gen = iteration_rngs(seed, start, stream=1)
         with torch.no_grad():
-            played = collect_episodes(
-                env_list[: len(chunk)], policy, seeds, chunk, interface=interface,
-                rng=rng, generator=gen, greedy=greedy,
+            done += collect_episodes(
+                env_list[:n], policy, seeds, list(range(start, start + n)),
+                interface=interface, rng=rng, generator=gen, greedy=greedy,
             )  # fmt: skip
-        done += played
     return done
 
 

@@ -162,7 +162,7 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
 
 
 def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
-    cfg = config(eval_episodes=3)
+    cfg = config(eval_episodes=20)  # blocks of 16 and 4 episodes: one per rank
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
     assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
@@ -179,10 +179,10 @@ def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
                      "summary.md"]  # fmt: skip
     state = torch.load(tmp_path / "two" / "checkpoint" / "trainer_state.pt", weights_only=False)
     assert len(state["rng_ranks"]) == 2
-    # held-out evaluation split over the ranks (episodes 0, 2 / 1) and gathered
+    # held-out evaluation split over the ranks (episodes 0-15 / 16-19) and gathered
     eval1 = json.loads((tmp_path / "one" / "eval.json").read_text())
     eval2 = json.loads((tmp_path / "two" / "eval.json").read_text())
-    assert eval2["before"]["episodes"] == 3
+    assert eval2["before"]["episodes"] == 20
     assert eval1["before"] == pytest.approx(eval2["before"])
 
 
@@ -211,8 +211,14 @@ def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache):
     run(2, tmp_path / "run", cfg, cache)
     rows = read_metrics(tmp_path / "run")
     assert len(rows) == 2
-    assert all(r["early_stop"] == 1.0 for r in rows)
-    assert rows[0]["budget"]["optimizer_steps"] == 2  # stopped at the same step everywhere
+    total = [r["budget"]["optimizer_steps"] for r in rows]
+    steps = [total[0], total[1] - total[0]]
+    updated = [(r, n) for r, n in zip(rows, steps) if "skipped_update" not in r]
+    assert updated, "no iteration had a learning signal: the test would prove nothing"
+    for row, n in updated:
+        # the KL after the first step stops the loop at the second, on both ranks at once
+        assert row["early_stop"] == 1.0
+        assert n == 2
 
 
 def test_groups_must_divide_among_processes(tmp_path, cache):
