@@ -129,7 +129,10 @@ def collective(what: str) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- reduction
-def all_sum(values: Sequence[float] | torch.Tensor, world: World) -> torch.Tensor:
+Values = Sequence[float] | torch.Tensor | np.ndarray
+
+
+def all_sum(values: Values, world: World) -> torch.Tensor:
     """Element-wise sum over ranks, in float64 (exact for counts)."""
     tensor = torch.as_tensor(values, dtype=torch.float64).clone()
     if world.distributed:
@@ -138,7 +141,7 @@ def all_sum(values: Sequence[float] | torch.Tensor, world: World) -> torch.Tenso
     return tensor
 
 
-def all_max(values: Sequence[float] | torch.Tensor, world: World) -> torch.Tensor:
+def all_max(values: Values, world: World) -> torch.Tensor:
     tensor = torch.as_tensor(values, dtype=torch.float64).clone()
     if world.distributed:
         with collective("all_reduce(max)"):

@@ -55,15 +55,16 @@ def load_run_model(config: Any, log: Any) -> tuple[torch.nn.Module, Any]:
     """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
     from rlid.models import load_policy_model
 
+    model: torch.nn.Module
     if config.lora_rank == 0:
         source = log.checkpoint_model_dir() if log.resuming else config.model
         model, tokenizer = load_policy_model(str(source))
     else:
-        model, tokenizer = load_policy_model(str(config.model))
+        base, tokenizer = load_policy_model(str(config.model))
         if not log.resuming:
-            model = apply_lora(model, config)
+            model = apply_lora(base, config)
         else:
-            model = attach_adapters(model, log.checkpoint_model_dir())
+            model = attach_adapters(base, log.checkpoint_model_dir())
     return own_memory(model), tokenizer
 
 

@@ -303,9 +303,9 @@ def ppo_update(
     owner = np.arange(len(decisions)) if owner is None else owner
     held = owner >= 0
     # which global decisions carry advantage signal (a minibatch without any is skipped)
-    nonzero = np.zeros(len(owner))
-    nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
-    nonzero = dist_.all_sum(nonzero, world).numpy() > 0
+    flags = np.zeros(len(owner))
+    flags[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+    nonzero = dist_.all_sum(flags, world).numpy() > 0
     if not nonzero.any() and policy.value_head is None:
         # Nothing to learn from (e.g. every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum, and a
@@ -349,8 +349,8 @@ def ppo_update(
                 reduced = dist_.all_sum([totals.get(k, 0.0) for k in names], world)
                 step_metrics = {k: float(v) for k, v in zip(names, reduced)}
                 step_metrics["grad_norm"] = float(grad_norm)
-                for k, v in step_metrics.items():
-                    sums[k] = sums.get(k, 0.0) + v
+                for name, value in step_metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
                 count += 1
                 if config.target_kl is not None and step_metrics["approx_kl"] > config.target_kl:
                     stop = True  # the all-reduced KL: every rank stops at the same step
