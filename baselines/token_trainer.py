@@ -55,24 +55,28 @@ from baselines.losses import (
     token_policy_loss,
 )
 from baselines.token_policy import Generation, TokenPolicy
+from rlid import distributed as dist_
 from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.distributed import World
 from rlid.hardware import Precision, Stepper, train_mode_without_dropout
 from rlid.lora import load_run_model
 from rlid.names import AdvantageScale
 from rlid.policy import chunks
 from rlid.ppo import minibatches
-from rlid.rollout import Episode, collect_episodes, episode_stats
+from rlid.rollout import Episode
 from rlid.runs.log import RunLog
 from rlid.trainer import (
     begin_run,
     close_envs,
     end_iteration,
     finish_run,
+    gathered_episode_stats,
     iteration_rngs,
     make_envs,
     make_reset_seeds,
+    play_groups,
     reference_model,
     setup_hardware,
 )
@@ -148,34 +152,38 @@ def rollout(
     config: TrainConfig,
     iteration: int,
     *,
-    rng: np.random.Generator,
-    generator: torch.Generator,
     budget: Budget,
     timers: Timers,
+    world: World = dist_.SINGLE,
 ) -> TokenRollout:
-    """Play the iteration's groups; with DAPO drop zero-variance groups and play more."""
+    """Play the iteration's groups; with DAPO drop zero-variance groups and play more.
+
+    Each rank plays its share of the groups (``play_groups``); the kept count that
+    ends DAPO's re-sampling is the global one, so every rank plays the same rounds.
+    """
     dynamic = config.algo == "dapo"
     generated: list[Episode] = []
     kept: list[Episode] = []
     rounds = 0
     for round_ in range(config.max_gen_batches if dynamic else 1):
         seeds, groups = round_reset_seeds(config, iteration, round_)
-        episodes = collect_episodes(
-            env_list, policy, seeds, groups, interface=config.interface, rng=rng,
-            generator=generator, temperature=config.temperature, budget=budget, timers=timers,
+        episodes = play_groups(
+            env_list, policy, seeds, groups, config=config, iteration=iteration, world=world,
+            round_=round_, budget=budget, timers=timers,
         )  # fmt: skip
         generated += episodes
         rounds += 1
         if not dynamic:
             kept = episodes
             break
-        grouped, _ = group_returns(episodes, config)
-        for group, informative in zip(grouped, outcomes_vary(grouped).tolist()):
-            if informative:
-                kept += group
-            else:
-                budget.filtered_samples += sum(e.length for e in group)
-        if len(kept) >= config.episodes_per_iter:
+        if episodes:
+            grouped, _ = group_returns(episodes, config)
+            for group, informative in zip(grouped, outcomes_vary(grouped).tolist()):
+                if informative:
+                    kept += group
+                else:
+                    budget.filtered_samples += sum(e.length for e in group)
+        if dist_.all_sum([len(kept)], world)[0] >= config.episodes_per_iter:
             break
     return TokenRollout(generated=generated, kept=kept, rounds=rounds)
 
@@ -250,6 +258,8 @@ def token_update(
     timers: Timers,
     scaler: torch.amp.GradScaler | None = None,
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    world: World = dist_.SINGLE,
+    owner: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
 
@@ -259,26 +269,42 @@ def token_update(
     sequence count or B·max_len), so the step equals the one-batch step. Minibatches
     whose advantages are all zero are skipped: the k3 KL alone would get a full-size
     AdamW step. Metrics are micro-batch means weighted by their share of sequences.
+
+    Several processes: ``owner`` maps the global completion list (all ranks, groups in
+    order) to indices into ``completions`` (-1: held by another rank). Minibatches are
+    drawn over the global list, the normaliser is the global minibatch's (all ranks'
+    tokens for token-mean) and the gradients are summed over ranks.
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    if completions and not bool(advantages.any()):
+    owner = np.arange(len(completions)) if owner is None else owner
+    held = owner >= 0
+    # tokens and advantage signal of every global completion, known on every rank
+    lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
+    lengths[held] = [completions[i].num_tokens for i in owner[held]]
+    nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+    both = dist_.all_sum(np.concatenate([lengths, nonzero]), world).numpy()
+    lengths, signal = both[: len(owner)], both[len(owner) :] > 0
+    if len(owner) and not signal.any():
         # Nothing to learn from (every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum.
         return {"skipped_update": 1.0}
     stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
     micro = config.micro_batch_size or config.minibatch_size
-    rows: list[dict[str, float]] = []
     skipped = 0
+    rows: list[dict[str, float]] = []
     stop = False
     with train_mode_without_dropout(model, enabled=config.gradient_checkpointing):
-        for _ in range(config.epochs if completions else 0):
-            order = rng.permutation(len(completions))
-            for idx in minibatches(order, config.minibatch_size):
-                if not bool(advantages[idx].any()):
+        for _ in range(config.epochs if len(owner) else 0):
+            order = rng.permutation(len(owner))
+            for chosen in minibatches(order, config.minibatch_size):
+                if not signal[chosen].any():
                     skipped += 1
                     continue
-                lengths = torch.tensor([completions[i].num_tokens for i in idx])
-                normaliser = aggregation_normaliser(config.algo, lengths, config.max_new_tokens)
+                normaliser = aggregation_normaliser(
+                    config.algo, torch.tensor(lengths[chosen]).long(), config.max_new_tokens
+                )
+                members = owner[chosen]
+                idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 parts: list[tuple[float, dict[str, float]]] = []
                 for part in chunks(len(idx), micro):
@@ -288,14 +314,16 @@ def token_update(
                         config=config, pad_id=pad_id, stepper=stepper, budget=budget,
                         timers=timers, autocast=autocast,
                     )  # fmt: skip
-                    parts.append((len(sub) / len(idx), metrics))
+                    parts.append((len(sub) / len(chosen), metrics))
                 with timers.time("backward"):
+                    dist_.reduce_gradients(params, world)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
-                rows.append(_combine_micro_metrics(parts))
+                everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]
+                rows.append(_combine_micro_metrics(everyone))
                 rows[-1]["grad_norm"] = float(grad_norm)
                 if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
-                    stop = True
+                    stop = True  # the global KL: every rank stops at the same step
                     break
             if stop:
                 break
@@ -378,22 +406,36 @@ def batch_temperature(batch: Sequence[Generation]) -> float:
     return temps.pop()
 
 
-def sample_stats(result: TokenRollout, config: TrainConfig) -> dict[str, float]:
-    """Generated vs used samples, parse and stop rates of one iteration's rollout."""
+def sample_stats(
+    result: TokenRollout, config: TrainConfig, world: World = dist_.SINGLE
+) -> dict[str, float]:
+    """Generated vs used samples, parse and stop rates of one iteration's rollout (all ranks)."""
     generated = [g for e in result.generated for g in e.decisions]
-    used = sum(e.length for e in result.kept)
-    tokens = [g.num_tokens for g in generated]
+    sums = dist_.all_sum(
+        [
+            len(generated),
+            sum(e.length for e in result.kept),
+            len(result.generated),
+            len(result.kept),
+            sum(not g.valid for g in generated),
+            sum(g.stopped for g in generated),
+            sum(g.num_tokens for g in generated),
+            sum(shaped_return(e, config) for e in result.generated),
+        ],
+        world,
+    ).tolist()
+    n, used, episodes, kept, unparsed, stopped, tokens, shaped = sums
     return {
-        "generated_samples": len(generated),
-        "used_samples": used,
-        "filtered_samples": len(generated) - used,
-        "generated_episodes": len(result.generated),
-        "kept_episodes": len(result.kept),
+        "generated_samples": int(n),
+        "used_samples": int(used),
+        "filtered_samples": int(n - used),
+        "generated_episodes": int(episodes),
+        "kept_episodes": int(kept),
         "generation_rounds": result.rounds,
-        "unparsed_rate": sum(not g.valid for g in generated) / max(len(generated), 1),
-        "stopped_frac": sum(g.stopped for g in generated) / max(len(generated), 1),
-        "completion_tokens": sum(tokens) / max(len(tokens), 1),
-        "shaped_return": float(np.mean([shaped_return(e, config) for e in result.generated])),
+        "unparsed_rate": unparsed / max(n, 1),
+        "stopped_frac": stopped / max(n, 1),
+        "completion_tokens": tokens / max(n, 1),
+        "shaped_return": shaped / max(episodes, 1),
     }
 
 
@@ -402,10 +444,12 @@ def train_token(
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
 
-    log = RunLog.open(Path(out), config, resume=resume)
+    world = dist_.init(config.dist_timeout if config is not None else 300.0)
+    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
     if config.plane != "token":
         raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
+    world.check_groups(config.groups_per_iter)
     Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
@@ -428,7 +472,7 @@ def train_token(
         engine=make_engine("trainer", model, pad_id, autocast=precision.autocast),
         autocast=precision.autocast,
     )  # fmt: skip
-    train_envs = make_envs(config, "train", config.episodes_per_iter)
+    train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
 
     params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
@@ -436,20 +480,20 @@ def train_token(
     ref_model = reference_model(config, log, model) if config.beta > 0 else None
     iteration = begin_run(
         log, config, model=model, value_head=None, optimizer=optimizer, budget=budget,
-        eval_policy=eval_policy, eval_envs=eval_envs,
+        eval_policy=eval_policy, eval_envs=eval_envs, world=world,
     )  # fmt: skip
 
-    bar = log.progress_bar(config, budget, enabled=progress)
+    bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
     while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
-        rng, gen = iteration_rngs(config.seed, iteration)
+        spent_before = budget.to_dict()
+        rng, _ = iteration_rngs(config.seed, iteration)
 
-        # 1. rollout: groups of episodes (DAPO: re-sample zero-variance groups)
+        # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
         result = rollout(
-            policy, train_envs, config, iteration, rng=rng, generator=gen,
-            budget=budget, timers=timers,
-        )  # fmt: skip
+            policy, train_envs, config, iteration, budget=budget, timers=timers, world=world
+        )
 
         # 2. advantages: the episode's group advantage on every token it generated
         completions, advantages = token_advantages(result.kept, config)
@@ -459,23 +503,31 @@ def train_token(
                 chunk=config.micro_batch_size or config.minibatch_size,
             )  # fmt: skip
 
-        # 3. update
+        # 3. update (minibatches over the global completion list)
+        counts: dict[int, int] = {}
+        for e in result.kept:
+            counts[e.group] = counts.get(e.group, 0) + e.length
+        groups = config.groups_per_iter * config.max_gen_batches
+        owner = dist_.global_index(counts, groups, world)
         update = token_update(
             model, completions, advantages, config=config, optimizer=optimizer, rng=rng,
             pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
-            autocast=precision.autocast,
+            autocast=precision.autocast, world=world, owner=owner,
         )  # fmt: skip
 
-        # 4. logging, evaluation, checkpoint
+        # 4. logging, evaluation, checkpoint (statistics over all ranks)
         budget.wall_time += time.perf_counter() - t0
-        row = {"iteration": iteration, **episode_stats(result.generated), **update}
-        row.update(sample_stats(result, config))
+        dist_.reduce_budget(budget, spent_before, world)
+        stats, _ = gathered_episode_stats(result.generated, world)
+        row = {"iteration": iteration, **stats, **update}
+        row.update(sample_stats(result, config, world))
         end_iteration(
             log, row, config=config, iteration=iteration, budget=budget, timers=timers,
             eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
             checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
                             optimizer=optimizer),
+            world=world,
         )  # fmt: skip
-    finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config)
+    finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)
     return log

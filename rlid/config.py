@@ -181,6 +181,11 @@ class TrainConfig:
         "wandb (offline unless WANDB_MODE is set), mlflow (RUN/mlruns), all or none; "
         "see rlid.runs.trackers",
     )
+    dist_timeout: float = _f(
+        300.0,
+        "multi-process runs (torchrun): seconds a collective waits for the other processes "
+        "before the run fails with a clear error",
+    )
 
     interface: Interface = field(
         default_factory=Interface, metadata={"help": "what the policy sees (menus.Interface)"}
@@ -210,7 +215,7 @@ class TrainConfig:
                 "underflow); add --mixed-precision fp16 (float32 master weights, GradScaler) "
                 "or use --dtype bfloat16"
             )
-        for name in ("lr", "clip_eps", "max_grad_norm", "temperature"):
+        for name in ("lr", "clip_eps", "max_grad_norm", "temperature", "dist_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
@@ -293,6 +298,7 @@ class TrainConfig:
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _UNRECORDED_AT_DEFAULT: dict[str, Any] = {
+    "dist_timeout": 300.0,
     "threads": None,
     "micro_batch_size": None,
     "gradient_checkpointing": False,

@@ -84,13 +84,31 @@ def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
     from rlid.models import load_policy_model
 
     dtype = load_dtype(config)
+    model: torch.nn.Module
     if config.lora_rank == 0:
         source = log.checkpoint_model_dir() if log.resuming else config.model
-        return load_policy_model(str(source), dtype=dtype)
-    model, tokenizer = load_policy_model(str(config.model), dtype=dtype)
-    if not log.resuming:
-        return apply_lora(model, config), tokenizer
-    return attach_adapters(model, log.checkpoint_model_dir()), tokenizer
+        model, tokenizer = load_policy_model(str(source), dtype=dtype)
+    else:
+        base, tokenizer = load_policy_model(str(config.model), dtype=dtype)
+        if not log.resuming:
+            model = apply_lora(base, config)
+        else:
+            model = attach_adapters(base, log.checkpoint_model_dir())
+    return own_memory(model), tokenizer
+
+
+def own_memory(model: torch.nn.Module) -> torch.nn.Module:
+    """Give every parameter and buffer memory of its own, aligned like a fresh allocation.
+
+    safetensors maps the file, so loaded tensors start at arbitrary offsets; CPU matmul
+    kernels then take other code paths and differ in the last bit from a run that never
+    reloaded, which breaks exact resume (and N-process = 1-process equivalence).
+    """
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.data_ptr() % 64:
+                tensor.data = tensor.data.clone()
+    return model
 
 
 def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Module:

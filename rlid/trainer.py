@@ -29,9 +29,11 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
+from rlid import distributed as dist_
 from rlid.advantages import episode_return, gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.distributed import World
 from rlid.env_workers import WorkerEnvs
 from rlid.hardware import (
     OffloadedModel,
@@ -40,12 +42,13 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     train_mode_without_dropout,
 )
-from rlid.lora import AdapterDisabled, load_run_model
+from rlid.lora import AdapterDisabled, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
 from rlid.ppo import decision_ppo_loss, minibatches
 from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
+from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog
 
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
@@ -117,6 +120,67 @@ def make_reset_seeds(config: TrainConfig, iteration: int) -> tuple[list[int], li
     return seeds, groups
 
 
+def group_rngs(
+    seed: int, iteration: int, group: int, round_: int = 0
+) -> tuple[np.random.Generator, torch.Generator]:
+    """The sampling randomness of one group: from (seed, iteration, group), never the rank."""
+    rng = np.random.default_rng([seed, iteration, 4, round_, group])
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    return rng, gen
+
+
+def play_groups(
+    env_list: list[Any],
+    policy: Any,
+    seeds: list[int],
+    groups: list[int],
+    *,
+    config: TrainConfig,
+    iteration: int,
+    world: World,
+    round_: int = 0,
+    budget: Budget,
+    timers: Timers,
+) -> list[Episode]:
+    """Play this rank's groups (g mod world size == rank), each with its own randomness.
+
+    ``seeds`` / ``groups`` list every episode of the iteration (all ranks). A group's
+    episodes run in lockstep with their own generators, so the episodes do not depend
+    on which process plays them or which other groups it plays.
+    """
+    mine = set(world.my_groups(max(groups) + 1 if groups else 0))
+    episodes: list[Episode] = []
+    for g in dict.fromkeys(groups):
+        if g not in mine:
+            continue
+        group_seeds = [s for s, h in zip(seeds, groups) if h == g]
+        rng, gen = group_rngs(config.seed, iteration, g, round_)
+        episodes += collect_episodes(
+            env_list[: len(group_seeds)], policy, group_seeds, [g] * len(group_seeds),
+            interface=config.interface, rng=rng, generator=gen,
+            temperature=config.temperature, budget=budget, timers=timers,
+        )  # fmt: skip
+    return episodes
+
+
+def gathered_episode_stats(
+    episodes: list[Episode], world: World, extra: Callable[[Episode], Any] | None = None
+) -> tuple[dict[str, float], list[Any]]:
+    """``episode_stats`` over all ranks' episodes (in group order, as one process has them).
+
+    ``extra(e)`` is gathered per episode alongside (e.g. per-decision rollout entropy).
+    """
+    if not world.distributed:
+        return episode_stats(episodes), [extra(e) for e in episodes] if extra else []
+    light = [
+        (e.group, Episode(**{**e.__dict__, "decisions": []}), extra(e) if extra else None)
+        for e in episodes
+    ]
+    everyone = [item for part in dist_.gather_objects(light, world) for item in part]
+    everyone.sort(key=lambda item: item[0])  # stable: episode order within a group kept
+    return episode_stats([item[1] for item in everyone]), [item[2] for item in everyone]
+
+
 def compute_advantages(
     episodes: list[Episode], config: TrainConfig
 ) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
@@ -158,37 +222,52 @@ def evaluate(
     interface: Any,
     seed: int = 0,
     greedy: bool = True,
+    world: World = dist_.SINGLE,
 ) -> dict[str, float]:
-    """Success rate, return and length on ``episodes`` held-out games (greedy by default)."""
+    """Success rate, return and length on ``episodes`` held-out games (greedy by default).
+
+    Episodes are played in blocks of ``len(env_list)`` with the block's own randomness;
+    with several processes block b is played by rank b mod N and the statistics are
+    gathered, so the result does not depend on the number of processes.
+    """
     if episodes == 0:
         return {}
     # Evaluation is not training spend: count it in a throwaway budget.
     saved = (policy.budget, policy.timers)
     policy.budget, policy.timers = Budget(), Timers()
     try:
-        return _evaluate(policy, env_list, episodes, interface=interface, seed=seed, greedy=greedy)
+        starts = list(range(0, episodes, len(env_list)))[world.rank :: world.size]
+        done = _evaluate(
+            policy, env_list, starts, episodes, interface=interface, seed=seed, greedy=greedy
+        )
     finally:
         policy.budget, policy.timers = saved
+    stats, _ = gathered_episode_stats(done, world)
+    stats["episodes"] = episodes
+    return stats
 
 
 def _evaluate(
-    policy: Any, env_list: list[Any], episodes: int, *, interface: Any, seed: int, greedy: bool
-) -> dict[str, float]:
+    policy: Any,
+    env_list: list[Any],
+    starts: list[int],
+    episodes: int,
+    *,
+    interface: Any,
+    seed: int,
+    greedy: bool,
+) -> list[Episode]:
     done: list[Episode] = []
-    start = 0
-    while start < episodes:
+    for start in starts:
         n = min(len(env_list), episodes - start)
         seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
         rng, gen = iteration_rngs(seed, start, stream=1)
         with torch.no_grad():
             done += collect_episodes(
-                env_list[:n], policy, seeds, list(range(n)), interface=interface,
-                rng=rng, generator=gen, greedy=greedy,
+                env_list[:n], policy, seeds, list(range(start, start + n)),
+                interface=interface, rng=rng, generator=gen, greedy=greedy,
             )  # fmt: skip
-        start += n
-    stats = episode_stats(done)
-    stats["episodes"] = len(done)
-    return stats
+    return done
 
 
 def ppo_update(
@@ -204,8 +283,17 @@ def ppo_update(
     budget: Budget,
     timers: Timers,
     scaler: torch.amp.GradScaler | None = None,
+    world: World = dist_.SINGLE,
+    owner: np.ndarray | None = None,
 ) -> dict[str, float]:
     """PPO epochs x minibatches over one iteration's decisions; returns mean metrics.
+
+    Several processes: ``owner`` maps the global decision list (all ranks, groups in
+    order) to indices into ``decisions`` (-1: held by another rank; default: this
+    process holds all). Minibatches are drawn over the global list with the same
+    permutation on every rank; each rank's loss terms are divided by the *global*
+    minibatch size and the gradients are summed over ranks, so every rank takes the
+    same steps as one process would (a rank holding no member still joins the sum).
 
     Each minibatch is one optimizer step; its forward/backward runs in micro-batches
     of ``config.micro_batch_size`` decisions whose gradients accumulate, every loss
@@ -217,7 +305,13 @@ def ppo_update(
     ``advantages`` / ``targets`` are (N,) float32 on any device; each micro-batch's
     slice is moved to the model's device once.
     """
-    if not bool(advantages.any()) and policy.value_head is None:
+    owner = np.arange(len(decisions)) if owner is None else owner
+    held = owner >= 0
+    # which global decisions carry advantage signal (a minibatch without any is skipped)
+    flags = np.zeros(len(owner))
+    flags[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+    nonzero = dist_.all_sum(flags, world).numpy() > 0
+    if not nonzero.any() and policy.value_head is None:
         # Nothing to learn from (e.g. every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum, and a
         # regulariser alone would be amplified to a full step.
@@ -226,6 +320,7 @@ def ppo_update(
     micro = config.micro_batch_size or config.minibatch_size
     logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
     actions = torch.tensor([d.chosen for d in decisions])  # (N,)
+    names = update_metric_names(config, policy)
     sums: dict[str, float] = {}
     count = skipped = 0
     stop = False
@@ -233,31 +328,37 @@ def ppo_update(
     checkpointing = config.gradient_checkpointing and model is not None
     with train_mode_without_dropout(model, enabled=checkpointing):  # type: ignore[arg-type]
         for _ in range(config.epochs):
-            order = rng.permutation(len(decisions))
-            for idx in minibatches(order, config.minibatch_size):
-                signal = bool(advantages[idx].any())
+            order = rng.permutation(len(owner))
+            for chosen in minibatches(order, config.minibatch_size):
+                signal = bool(nonzero[chosen].any())
                 if not signal and policy.value_head is None:
                     skipped += 1
                     continue
+                members = owner[chosen]
+                idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
-                totals: dict[str, torch.Tensor] = {}
+                totals = dict.fromkeys(names, 0.0)
                 for part in chunks(len(idx), micro):
                     metrics = _decision_micro_step(
                         policy, decisions, idx[part], actions, logp_old, advantages, targets,
-                        normaliser=len(idx), signal=signal, config=config, stepper=stepper,
+                        normaliser=len(chosen), signal=signal, config=config, stepper=stepper,
                         timers=timers,
                     )  # fmt: skip
                     for k, v in metrics.items():
-                        totals[k] = totals[k] + v if k in totals else v
+                        totals[k] = totals.get(k, 0.0) + float(v)
                 with timers.time("backward"):
+                    dist_.reduce_gradients(params, world)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
-                totals["grad_norm"] = grad_norm
-                for k, v in totals.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
+                # every term is a sum / the global minibatch size: sum over ranks
+                reduced = dist_.all_sum([totals.get(k, 0.0) for k in names], world)
+                step_metrics = {k: float(v) for k, v in zip(names, reduced)}
+                step_metrics["grad_norm"] = float(grad_norm)
+                for name, value in step_metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
                 count += 1
-                if config.target_kl is not None and float(totals["approx_kl"]) > config.target_kl:
-                    stop = True
+                if config.target_kl is not None and step_metrics["approx_kl"] > config.target_kl:
+                    stop = True  # the all-reduced KL: every rank stops at the same step
                     break
             if stop:
                 break
@@ -266,6 +367,17 @@ def ppo_update(
     if skipped:
         out["skipped_minibatches"] = float(skipped)
     return out
+
+
+def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
+    """The per-minibatch metrics of ``ppo_update``, known before any forward pass (a rank
+    holding no member of a minibatch still reports zeros for each)."""
+    names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
+    names += ["kl_ref"] if config.kl_coef > 0 else []
+    names += ["label_mass"]
+    names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
+    names += ["value_loss"] if policy.value_head is not None else []
+    return names + ["loss"]
 
 
 def _decision_micro_step(
@@ -336,7 +448,7 @@ def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) ->
 
     if config.lora_rank > 0:
         return AdapterDisabled(model)
-    start_model = load_policy_model(str(config.model))[0] if log.resuming else model
+    start_model = own_memory(load_policy_model(str(config.model))[0]) if log.resuming else model
     precision = Precision.from_config(config)
     if config.ref_offload:
         ref = copy.deepcopy(start_model).to(device="cpu", dtype=precision.weight_dtype)
@@ -368,14 +480,26 @@ def begin_run(
     budget: Budget,
     eval_policy: Any,
     eval_envs: list[Any],
+    world: World = dist_.SINGLE,
 ) -> int:
     """Write the run directory, then restore a checkpoint (returning its iteration) or
-    evaluate the starting policy on held-out games (returning 0)."""
+    evaluate the starting policy on held-out games (returning 0).
+
+    Every rank starts from rank 0's parameters (a no-op in one process).
+    """
+    dist_.barrier(world)  # every rank has checked the directory before rank 0 writes it
     log.start()
     if log.resuming:
-        return log.restore(value_head=value_head, optimizer=optimizer, budget=budget)
+        iteration = log.restore(
+            value_head=value_head, optimizer=optimizer, budget=budget, world=world
+        )
+        dist_.broadcast_parameters([model, value_head], world)
+        return iteration
+    dist_.broadcast_parameters([model, value_head], world)
     log.write_origin(getattr(model, "rlid_origin", str(config.model)))
-    before = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+    before = evaluate(
+        eval_policy, eval_envs, config.eval_episodes, interface=config.interface, world=world
+    )
     log.write_eval("before", before)
     return 0
 
@@ -392,31 +516,48 @@ def end_iteration(
     eval_envs: list[Any],
     bar: Any,
     checkpoint: dict[str, Any],
+    world: World = dist_.SINGLE,
 ) -> None:
-    """Log one iteration's row (time split, budget, optional eval) and checkpoint."""
-    row["time"] = timers.pop()
+    """Log one iteration's row (time split, budget, optional eval) and checkpoint.
+
+    ``budget`` is already the global one (``rlid.distributed.reduce_budget``); the time
+    split is the mean over ranks.
+    """
+    row["time"] = dist_.mean_timers(timers.pop(), world)
     row["budget"] = budget.to_dict()
     if config.eval_every and iteration % config.eval_every == 0:
         row["eval"] = evaluate(
-            eval_policy, eval_envs, config.eval_episodes, interface=config.interface
-        )
+            eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
+            world=world,
+        )  # fmt: skip
     log.append_metrics(row)
     spent = budget.get(config.budget_currency)
     if iteration % config.checkpoint_every == 0 or spent >= config.steps:
-        log.checkpoint(**checkpoint, iteration=iteration, budget=budget)
+        rng_states = dist_.gather_objects(rng_state(), world)
+        log.checkpoint(**checkpoint, iteration=iteration, budget=budget, rng_states=rng_states)
     bar.advance_to(spent)
     bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
 
 
 def finish_run(
-    log: RunLog, bar: Any, *, eval_policy: Any, eval_envs: list[Any], config: TrainConfig
+    log: RunLog,
+    bar: Any,
+    *,
+    eval_policy: Any,
+    eval_envs: list[Any],
+    config: TrainConfig,
+    world: World = dist_.SINGLE,
 ) -> None:
     """Held-out evaluation after training (once, also across resumes), curves, summary."""
     bar.close()
-    if not log.has_eval("after"):
-        after = evaluate(eval_policy, eval_envs, config.eval_episodes, interface=config.interface)
+    if dist_.any_rank(not log.has_eval("after"), world):
+        after = evaluate(
+            eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
+            world=world,
+        )  # fmt: skip
         log.write_eval("after", after)
     log.finish()
+    dist_.barrier(world)  # the run directory is complete when any rank returns
 
 
 def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
@@ -445,8 +586,10 @@ def train(
     :class:`DecisionPolicy` or the scoring plane's policy).
     """
 
-    log = RunLog.open(Path(out), config, resume=resume)
+    world = dist_.init(config.dist_timeout if config is not None else 300.0)
+    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
+    world.check_groups(config.groups_per_iter)
     Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()
@@ -462,7 +605,7 @@ def train(
         model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
         autocast=precision.autocast,
     )  # fmt: skip
-    train_envs = make_envs(config, "train", config.episodes_per_iter)
+    train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
     preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
 
@@ -476,20 +619,21 @@ def train(
 
     iteration = begin_run(
         log, config, model=model, value_head=value_head, optimizer=optimizer, budget=budget,
-        eval_policy=policy, eval_envs=eval_envs,
+        eval_policy=policy, eval_envs=eval_envs, world=world,
     )  # fmt: skip
 
-    bar = log.progress_bar(config, budget, enabled=progress)
+    bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
     while budget.get(config.budget_currency) < config.steps:
         iteration += 1
         t0 = time.perf_counter()
-        rng, gen = iteration_rngs(config.seed, iteration)
+        spent_before = budget.to_dict()
+        rng, _ = iteration_rngs(config.seed, iteration)
 
-        # 1. rollout: groups_per_iter games, each played group_size times
+        # 1. rollout: groups_per_iter games (this rank's share), each played group_size times
         seeds, groups = make_reset_seeds(config, iteration)
-        episodes = collect_episodes(
-            train_envs, policy, seeds, groups, interface=config.interface, rng=rng,
-            generator=gen, temperature=config.temperature, budget=budget, timers=timers,
+        episodes = play_groups(
+            train_envs, policy, seeds, groups, config=config, iteration=iteration, world=world,
+            budget=budget, timers=timers,
         )  # fmt: skip
         if ref_policy is not None:
             for e in episodes:
@@ -502,23 +646,34 @@ def train(
         # 2. advantages
         decisions, advantages, targets = compute_advantages(episodes, config)
 
-        # 3. PPO update
+        # 3. PPO update (minibatches over the global decision list)
+        counts = {g: 0 for g in world.my_groups(config.groups_per_iter)}
+        for e in episodes:
+            counts[e.group] += e.length
+        owner = dist_.global_index(counts, config.groups_per_iter, world)
         update = ppo_update(
             policy, decisions, advantages, targets, config=config, optimizer=optimizer,
             params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
+            world=world, owner=owner,
         )  # fmt: skip
 
-        # 4. logging, evaluation, checkpoint
+        # 4. logging, evaluation, checkpoint (statistics over all ranks)
         budget.wall_time += time.perf_counter() - t0
-        row = {"iteration": iteration, **episode_stats(episodes), **update}
-        row["rollout_entropy"] = float(np.mean([d.entropy for d in decisions]))
-        row["rollout_label_mass"] = float(np.mean([d.label_mass for d in decisions]))
+        dist_.reduce_budget(budget, spent_before, world)
+        stats, per_episode = gathered_episode_stats(
+            episodes, world, extra=lambda e: [(d.entropy, d.label_mass) for d in e.decisions]
+        )
+        rollout = [pair for pairs in per_episode for pair in pairs]
+        row = {"iteration": iteration, **stats, **update}
+        row["rollout_entropy"] = float(np.mean([h for h, _ in rollout]))
+        row["rollout_label_mass"] = float(np.mean([m for _, m in rollout]))
         end_iteration(
             log, row, config=config, iteration=iteration, budget=budget, timers=timers,
             eval_policy=policy, eval_envs=eval_envs, bar=bar,
             checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
                             optimizer=optimizer),
+            world=world,
         )  # fmt: skip
-    finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config)
+    finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)
     return log

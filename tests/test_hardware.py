@@ -462,7 +462,8 @@ def test_keep_checkpoints_keeps_the_newest(tmp_path):
     from rlid.trainer import train
 
     config = TrainConfig(
-        env="keydoor", env_options={"size": 2}, steps=60, groups_per_iter=1, group_size=2,
+        env="keydoor", env_options={"size": 2}, budget_currency="episodes", steps=6,
+        groups_per_iter=1, group_size=2,
         eval_episodes=0, minibatch_size=8, checkpoint_every=1, keep_checkpoints=2, ref_offload=True,
         kl_coef=0.05,
     )  # fmt: skip

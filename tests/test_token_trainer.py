@@ -24,7 +24,7 @@ from rlid.config import TrainConfig
 from rlid.models import load_policy_model, save_policy_model
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
-from rlid.trainer import iteration_rngs, make_envs, make_reset_seeds
+from rlid.trainer import make_envs, make_reset_seeds
 
 INTERFACE = Interface(memory="none")
 GAME = {"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3}
@@ -128,11 +128,8 @@ def _rollout(model_dir, config, iteration=1):
     policy = TokenPolicy(
         model, tokenizer, INTERFACE, max_new_tokens=config.max_new_tokens, budget=budget
     )
-    rng, gen = iteration_rngs(config.seed, iteration)
     env_list = make_envs(config, "train", config.episodes_per_iter)
-    result = rollout(
-        policy, env_list, config, iteration, rng=rng, generator=gen, budget=budget, timers=Timers()
-    )
+    result = rollout(policy, env_list, config, iteration, budget=budget, timers=Timers())
     return result, budget
 
 
@@ -168,11 +165,10 @@ def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
         mixed[-1].won = True
         return failed + mixed
 
-    monkeypatch.setattr("baselines.token_trainer.collect_episodes", fake_collect)
+    monkeypatch.setattr("baselines.token_trainer.play_groups", fake_collect)
     config = _config("tiny", algo="dapo", invalid_penalty=-0.5, max_gen_batches=1)
     budget = Budget()
-    rng, gen = iteration_rngs(config.seed, 1)
-    result = rollout(None, [], config, 1, rng=rng, generator=gen, budget=budget, timers=Timers())
+    result = rollout(None, [], config, 1, budget=budget, timers=Timers())
     assert [e.group for e in result.kept] == [1, 1, 1, 1]
     assert budget.filtered_samples == 4
     # the shaping still reaches the advantage of a kept group

@@ -214,6 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if debug:
             raise
+        if type(err).__name__ == "PeerLost":
+            # several processes (torchrun): another one died or stopped answering
+            print(f"rlid {args.command}: error: {err}", file=sys.stderr)
+            return 3
         message = error_message(err)
         if message is None:
             print(

@@ -56,7 +56,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         check_installed(config.report_to)  # before the model loads
         log = run_training(config, Path(args.out), resume=False, progress=not args.quiet)
-    print((Path(log.path) / "summary.md").read_text())
+    if log.writer:  # several processes: rank 0 reports
+        print((Path(log.path) / "summary.md").read_text())
     return 0
 
 

@@ -131,11 +131,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep: int = 1,
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
 
     With ``keep > 1`` the replaced checkpoint is kept as ``DIR/checkpoint-<iteration>``
     (the newest ``keep - 1`` of those stay; resume always reads ``DIR/checkpoint``).
+    ``rng_states``: every process's RNG state in rank order (default: this one's).
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
@@ -148,7 +150,11 @@ def save_checkpoint(
         for name, module in extra_modules.items():
             tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
             save_file(tensors, str(tmp / f"{name}.safetensors"))
-        save_state(tmp / TRAINER_STATE, {"optimizer": optimizer.state_dict(), "rng": rng_state()})
+        ranks = rng_states or [rng_state()]  # every rank's RNG state (one per process)
+        save_state(
+            tmp / TRAINER_STATE,
+            {"optimizer": optimizer.state_dict(), "rng": ranks[0], "rng_ranks": ranks},
+        )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
         _apply_umask(tmp)  # some writers (safetensors) create private 0600 files
         old = None

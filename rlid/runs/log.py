@@ -114,15 +114,22 @@ class RunLog:
     """Config, metrics, evaluations and checkpoints of one run directory."""
 
     def __init__(
-        self, path: Path, config: TrainConfig, resuming: bool, lock: RunLock | None = None
+        self,
+        path: Path,
+        config: TrainConfig,
+        resuming: bool,
+        lock: RunLock | None = None,
+        writer: bool = True,
     ) -> None:
         self.path = path
         self.config = config
         self.resuming = resuming
+        # Several processes (torchrun): rank 0 alone writes; the others only read.
+        self.writer = writer
         self.metrics: list[dict[str, Any]] = []
         self._lock = lock
-        self.trackers = RunTrackers(
-            path, config.report_to, currency=config.budget_currency,
+        self.trackers = RunTrackers(  # rank 0 alone reports to trackers
+            path, config.report_to if writer else (), currency=config.budget_currency,
             config=config.to_dict(), resuming=resuming,
         )  # fmt: skip
 
@@ -130,10 +137,17 @@ class RunLog:
     # A new run only checks in ``open`` (it writes nothing until ``start``), so a run
     # that fails during setup -- bad model path, bad env option -- leaves nothing behind.
     @classmethod
-    def open(cls, path: Path, config: TrainConfig | None, *, resume: bool) -> RunLog:
+    def open(
+        cls, path: Path, config: TrainConfig | None, *, resume: bool, writer: bool = True
+    ) -> RunLog:
         path = Path(path)
         if resume:
-            read_run_config(path)  # a clear error before taking a lock in a non-run dir
+            saved, _ = read_run_config(path)  # a clear error before locking a non-run dir
+            if not writer:  # several processes: rank 0 holds the lock and writes
+                resuming = (path / rundir.CHECKPOINT / "state.json").exists()
+                log = cls(path, saved, resuming=resuming, writer=False)
+                log.metrics = rundir.read_metrics(path) if resuming else []
+                return log
             lock = RunLock(path, "rlid train --resume").acquire()
             try:
                 return cls._open_resume(path, lock)
@@ -142,6 +156,8 @@ class RunLog:
                 raise
         if config is None:
             raise ValueError("a config is required to start a new run")
+        if not writer:  # rank 0 checks and creates the directory
+            return cls(path, config, resuming=False, writer=False)
         check_writable_dir(path)
         if not rundir.is_empty_dir(path):
             raise ValueError(
@@ -167,6 +183,8 @@ class RunLog:
 
     def start(self) -> None:
         """Take the lock (new run) and write config.json (call once setup has succeeded)."""
+        if not self.writer:  # several processes: rank 0 alone writes the run directory
+            return
         self.trackers.check()  # a missing tracker package: fail before writing anything
         if self._lock is None:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -219,7 +237,11 @@ class RunLog:
         optimizer: torch.optim.Optimizer,
         iteration: int,
         budget: Budget,
+        rng_states: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Write the checkpoint (writer only); ``rng_states``: every rank's, in rank order."""
+        if not self.writer:
+            return
         self._check_writer()
         modules = {"model": model, **({"value head": value_head} if value_head else {})}
         for what, module in modules.items():
@@ -231,10 +253,12 @@ class RunLog:
             "iteration": iteration,
             "budget": budget.to_dict(),
             "fingerprint": config_fingerprint(self.config),
+            "world_size": len(rng_states) if rng_states else 1,
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
+            rng_states=rng_states,
         )  # fmt: skip
 
     def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
@@ -257,12 +281,17 @@ class RunLog:
         value_head: torch.nn.Module | None,
         optimizer: torch.optim.Optimizer,
         budget: Budget,
+        world: Any = None,
     ) -> int:
         """Load optimizer/value head/budget/RNG; return the checkpoint's iteration.
 
         The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
+        ``world`` (rlid.distributed.World) picks this rank's RNG state; a checkpoint of
+        another number of processes is refused (exact replay needs the same number).
         """
-        self._check_writer()
+        if self.writer:
+            self._check_writer()
+        rank, size = (world.rank, world.size) if world is not None else (0, 1)
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
         raw = rundir.read_json(self.path / "config.json")
@@ -273,6 +302,19 @@ class RunLog:
                 f"checkpoint in {ckpt} was written by a different config than "
                 f"{self.path}/config.json"
             )
+        saved_size = int(state.get("world_size", 1))
+        if saved_size != size:
+            raise ValueError(
+                f"the checkpoint in {ckpt} was written by a run of {saved_size} process(es) and "
+                f"this one has {size}: exact replay needs the same number. Resume with "
+                + (
+                    f"`torchrun --nproc-per-node {saved_size} -m rlid train --resume {self.path}`"
+                    if saved_size > 1
+                    else f"`rlid train --resume {self.path}` (no torchrun)"
+                )
+                + ", or start a new run from the checkpoint's model with "
+                f"--model {ckpt / 'model'} (the optimizer state starts afresh)"
+            )
         trainer_state = rundir.load_trainer_state(ckpt)
         try:
             optimizer.load_state_dict(trainer_state["optimizer"])
@@ -280,23 +322,26 @@ class RunLog:
                 value_head.load_state_dict(rundir.load_module_state(ckpt, "value_head"))
         except (ValueError, RuntimeError, KeyError) as err:
             raise ValueError(f"checkpoint in {ckpt} does not fit this model: {err}") from None
-        rundir.set_rng_state(trainer_state["rng"])
+        rundir.set_rng_state(trainer_state.get("rng_ranks", [trainer_state["rng"]])[rank])
         restored = Budget.from_dict(state["budget"])
         for name in budget.__dataclass_fields__:
             setattr(budget, name, getattr(restored, name))
         iteration = int(state["iteration"])
         self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
-        rundir.write_metrics(self.path, self.metrics)
+        if self.writer:
+            rundir.write_metrics(self.path, self.metrics)
         return iteration
 
     # ------------------------------------------------------------------ logging
     def append_metrics(self, row: dict[str, Any]) -> None:
-        self._check_writer()
-        for key, value in row.items():
+        for key, value in row.items():  # on every rank: reduced values, the same stop
             if ("loss" in key or key == "grad_norm") and not _is_finite(value):
                 self._stop_non_finite(row.get("iteration", "?"), f"the {key}", float(value))
         row = rundir._jsonable(row)
         self.metrics.append(row)
+        if not self.writer:
+            return
+        self._check_writer()
         rundir.append_metrics_row(self.path, row)
         self.trackers.log_row(row)
 
@@ -312,6 +357,8 @@ class RunLog:
         return path.exists() and key in rundir.read_json(path)
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         self._check_writer()
         path = self.path / "eval.json"
         data = rundir.read_json(path) if path.exists() else {}
@@ -323,6 +370,8 @@ class RunLog:
         return _Bar(config.steps, budget.get(currency), currency, enabled)
 
     def finish(self) -> None:
+        if not self.writer:
+            return
         from rlid.runs.summary import write_curves, write_summary
 
         self._check_writer()

@@ -1,0 +1,58 @@
+"""One process of a multi-process test run (started by tests/test_distributed.py).
+
+Usage: python tests/dist_worker.py RUN_DIR RECORD_DIR CONFIG_JSON|resume
+
+Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
+(or resumes) RUN_DIR, and records into RECORD_DIR what the tests compare: the
+episodes of iteration 1 (per rank) and the first reduced gradient (rank 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from baselines import token_trainer
+from rlid import distributed, trainer
+from rlid.config import TrainConfig
+from rlid.planes import run_training
+
+
+def main() -> int:
+    run_dir, record, spec = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    record.mkdir(parents=True, exist_ok=True)
+    rank = int(os.environ.get("RANK", "0"))
+    real_play, real_reduce = trainer.play_groups, distributed.reduce_gradients
+
+    def play(*args, **kw):
+        episodes = real_play(*args, **kw)
+        if kw["iteration"] == 1 and kw.get("round_", 0) == 0:
+            rows = [
+                {"group": e.group, "seed": e.reset_seed, "actions": [d.action for d in e.decisions]}
+                for e in episodes
+            ]
+            (record / f"episodes_rank{rank}.json").write_text(json.dumps(rows))
+        return episodes
+
+    def reduce(params, world):
+        real_reduce(params, world)
+        path = record / "grad.pt"
+        if rank == 0 and not path.exists():
+            torch.save([p.grad.clone() for p in params], path)
+
+    trainer.play_groups = play
+    token_trainer.play_groups = play
+    distributed.reduce_gradients = reduce
+    if spec == "resume":
+        run_training(None, run_dir, resume=True, progress=False)
+    else:
+        run_training(TrainConfig.from_dict(json.loads(spec)), run_dir, resume=False, progress=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

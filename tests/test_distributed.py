@@ -1,0 +1,267 @@
+"""Data-parallel training: N processes (gloo, CPU) train exactly like one process.
+
+Each multi-process run starts real processes (tests/dist_worker.py, with the
+environment torchrun would give them) under a timeout, so a deadlock fails the
+test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import test_token_trainer
+import torch
+
+from menus import Interface
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model
+from rlid.runs.dir import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+GAME = test_token_trainer.GAME
+commanding_model = test_token_trainer.commanding_model  # a fixture: a model that writes commands
+WORKER = Path(__file__).with_name("dist_worker.py")
+TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
+TIMEOUT = 240  # seconds for one whole multi-process run on a busy 2-core machine
+
+
+def config(**changes) -> TrainConfig:
+    base = dict(
+        env="keydoor",
+        env_options=dict(TINY_ENV),
+        budget_currency="episodes",
+        steps=16,  # 2 iterations of 4 groups x 2 episodes
+        groups_per_iter=4,
+        group_size=2,
+        epochs=1,
+        minibatch_size=8,
+        eval_episodes=0,
+        threads=1,
+        dist_timeout=30.0,
+        checkpoint_every=1,
+        interface=Interface(memory="none"),
+    )
+    base.update(changes)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    # One private model cache, filled before any worker starts (no race between ranks).
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["RLID_CACHE_DIR"] = str(path)
+    load_policy_model("tiny")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(
+    nproc: int, run_dir: Path, record: Path, spec: str, cache: Path
+) -> list[subprocess.Popen]:
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+            "RLID_CACHE_DIR": str(cache),
+        }
+        if nproc > 1:
+            env.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            )  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), str(run_dir), str(record), spec],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        )
+    return procs
+
+
+def wait(procs: list[subprocess.Popen], timeout: float = TIMEOUT) -> list[str]:
+    """Wait for every process (killing all on timeout); return their stderr."""
+    deadline = time.monotonic() + timeout
+    errs = []
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            errs.append(err)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"multi-process run did not finish within {timeout:.0f} s (deadlock?)")
+    return errs
+
+
+def run(
+    nproc: int, run_dir: Path, cfg: TrainConfig | None, cache: Path, record: Path | None = None
+) -> Path:
+    record = record or run_dir.with_name(run_dir.name + "-record")
+    spec = "resume" if cfg is None else json.dumps(cfg.to_dict())
+    procs = start(nproc, run_dir, record, spec, cache)
+    errs = wait(procs)
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
+    return record
+
+
+def episodes(record: Path) -> list[dict]:
+    rows = [
+        r for f in sorted(record.glob("episodes_rank*.json")) for r in json.loads(f.read_text())
+    ]
+    return sorted(rows, key=lambda r: (r["group"], r["seed"], r["actions"]))
+
+
+def params(run_dir: Path) -> dict[str, torch.Tensor]:
+    model, _ = load_policy_model(str(run_dir / "checkpoint" / "model"))
+    return dict(model.state_dict())
+
+
+def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> None:
+    # iteration 1: the same games and the same chosen actions
+    assert episodes(rec_one) == episodes(rec_two)
+    assert len({r["group"] for r in episodes(rec_two)}) == 4
+    # each rank played its own groups (g mod 2)
+    for rank in (0, 1):
+        groups = {
+            r["group"] for r in json.loads((rec_two / f"episodes_rank{rank}.json").read_text())
+        }
+        assert groups == {rank, rank + 2}
+    # the first update's gradient
+    g1, g2 = torch.load(rec_one / "grad.pt"), torch.load(rec_two / "grad.pt")
+    flat1, flat2 = torch.cat([g.flatten() for g in g1]), torch.cat([g.flatten() for g in g2])
+    assert flat1.norm() > 0
+    assert (flat1 - flat2).norm() <= 1e-5 * flat1.norm()
+    # parameters after 2 iterations
+    p1, p2 = params(one), params(two)
+    assert len(read_metrics(one)) == len(read_metrics(two)) == 2
+    for key in p1:
+        assert torch.allclose(p1[key], p2[key], rtol=0, atol=1e-4), key
+    start, _ = load_policy_model(json.loads((one / "config.json").read_text())["config"]["model"])
+    assert any(not torch.equal(p1[k], v) for k, v in start.state_dict().items())
+
+
+def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
+    cfg = config(eval_episodes=20)  # blocks of 16 and 4 episodes: one per rank
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    # one run directory, written once: budgets are the sums over ranks
+    rows1, rows2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for a, b in zip(rows1, rows2):
+        for key in ("env_steps", "episodes", "decisions", "optimizer_steps"):
+            assert a["budget"][key] == b["budget"][key], key
+        assert a["return"] == pytest.approx(b["return"])
+    assert rows2[-1]["budget"]["episodes"] == 16
+    assert rows2[-1]["budget"]["env_steps"] == sum(r["episode_length"] * 8 for r in rows2)
+    names = sorted(p.name for p in (tmp_path / "two").iterdir())
+    assert names == ["checkpoint", "config.json", "curves.png", "eval.json", "metrics.jsonl",
+                     "summary.md"]  # fmt: skip
+    state = torch.load(tmp_path / "two" / "checkpoint" / "trainer_state.pt", weights_only=False)
+    assert len(state["rng_ranks"]) == 2
+    # held-out evaluation split over the ranks (episodes 0-15 / 16-19) and gathered
+    eval1 = json.loads((tmp_path / "one" / "eval.json").read_text())
+    eval2 = json.loads((tmp_path / "two" / "eval.json").read_text())
+    assert eval2["before"]["episodes"] == 20
+    assert eval1["before"] == pytest.approx(eval2["before"])
+
+
+def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commanding_model):
+    # DAPO: token-mean aggregation, so the normaliser is all ranks' tokens of a minibatch
+    cfg = config(
+        plane="token", model=commanding_model, env_options=dict(GAME), algo="dapo",
+        max_gen_batches=1, max_new_tokens=4, invalid_penalty=-0.5, lr=1e-3,
+    )  # fmt: skip
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    rows1, rows2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for a, b in zip(rows1, rows2):
+        for key in ("generated_samples", "used_samples", "filtered_samples", "kept_episodes"):
+            assert a[key] == b[key], key
+        # the same spend, except forward passes: a minibatch split over 2 ranks is 2 passes
+        same = {k: v for k, v in b["budget"].items() if k not in ("wall_time", "forward_passes")}
+        assert same == {k: a["budget"][k] for k in same}
+
+
+def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache):
+    # minibatch_size=1: every minibatch is held by one rank, the other has an empty share;
+    # a tiny target_kl stops the epoch loop after the second step (all ranks together).
+    cfg = config(minibatch_size=1, epochs=2, target_kl=1e-9, lr=1e-3)
+    run(2, tmp_path / "run", cfg, cache)
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 2
+    total = [r["budget"]["optimizer_steps"] for r in rows]
+    steps = [total[0], total[1] - total[0]]
+    updated = [(r, n) for r, n in zip(rows, steps) if "skipped_update" not in r]
+    assert updated, "no iteration had a learning signal: the test would prove nothing"
+    for row, n in updated:
+        # the KL after the first step stops the loop at the second, on both ranks at once
+        assert row["early_stop"] == 1.0
+        assert n == 2
+
+
+def test_groups_must_divide_among_processes(tmp_path, cache):
+    procs = start(
+        2,
+        tmp_path / "run",
+        tmp_path / "rec",
+        json.dumps(config(groups_per_iter=3).to_dict()),
+        cache,
+    )
+    errs = wait(procs)
+    assert all(p.returncode != 0 for p in procs)
+    assert "must be divisible by the number of processes (2)" in errs[0]
+
+
+def test_killed_rank_fails_the_others_and_resume_matches(tmp_path, cache):
+    cfg = config(steps=24)  # 3 iterations
+    run(2, tmp_path / "full", cfg, cache)
+
+    procs = start(2, tmp_path / "killed", tmp_path / "rec", json.dumps(cfg.to_dict()), cache)
+    deadline = time.monotonic() + TIMEOUT
+    while len(read_metrics(tmp_path / "killed")) < 2:
+        assert time.monotonic() < deadline and procs[0].poll() is None, "run never got going"
+        time.sleep(0.2)
+    procs[1].send_signal(signal.SIGKILL)
+    start_wait = time.monotonic()
+    errs = wait(procs, timeout=90)
+    assert procs[0].returncode != 0
+    assert time.monotonic() - start_wait < 90
+    assert "another process of this run died" in errs[0]
+    assert "--resume" in errs[0]
+
+    run(2, tmp_path / "killed", None, cache)
+    a, b = params(tmp_path / "full"), params(tmp_path / "killed")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(tmp_path / "full")) == strip(read_metrics(tmp_path / "killed"))
+
+
+def test_resume_with_another_number_of_processes_is_refused(tmp_path, cache):
+    run(1, tmp_path / "run", config(steps=8), cache)
+    procs = start(2, tmp_path / "run", tmp_path / "rec2", "resume", cache)
+    errs = wait(procs)
+    assert all(p.returncode != 0 for p in procs)
+    assert "written by a run of 1 process(es) and this one has 2" in errs[0]
