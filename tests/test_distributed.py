@@ -37,6 +37,9 @@ def config(**changes) -> TrainConfig:
     base = dict(
         env="keydoor",
         env_options=dict(TINY_ENV),
+        # the worker processes do not see the tests' small warm-start recipe: a random
+        # tiny model keeps them from building the full warm start
+        model="tiny-random",
         budget_currency="episodes",
         steps=16,  # 2 iterations of 4 groups x 2 episodes
         groups_per_iter=4,
@@ -58,7 +61,7 @@ def cache(tmp_path_factory) -> Path:
     # One private model cache, filled before any worker starts (no race between ranks).
     path = tmp_path_factory.mktemp("cache")
     os.environ["RLID_CACHE_DIR"] = str(path)
-    load_policy_model("tiny")
+    load_policy_model("tiny-random")
     return path
 
 
