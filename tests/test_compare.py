@@ -231,7 +231,9 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
 
 
 def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch):
-    compare = parse_compare_config(tiny_comparison())
+    data = tiny_comparison()
+    data["defaults"]["checkpoint_every"] = 1  # the first checkpoint after iteration 1
+    compare = parse_compare_config(data)
     first, second = [r.name for r in compare.runs()]
     real_run_training = compare_mod.run_training
     real_checkpoint = RunLog.checkpoint

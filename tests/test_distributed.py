@@ -23,7 +23,7 @@ import torch
 from menus import Interface
 from rlid.config import TrainConfig
 from rlid.models import load_policy_model
-from rlid.runs.dir import read_metrics
+from rlid.runs.dir import load_trainer_state, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = test_token_trainer.GAME
@@ -178,9 +178,9 @@ def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
     assert rows2[-1]["budget"]["episodes"] == 16
     assert rows2[-1]["budget"]["env_steps"] == sum(r["episode_length"] * 8 for r in rows2)
     names = sorted(p.name for p in (tmp_path / "two").iterdir())
-    assert names == ["checkpoint", "config.json", "curves.png", "eval.json", "metrics.jsonl",
-                     "summary.md"]  # fmt: skip
-    state = torch.load(tmp_path / "two" / "checkpoint" / "trainer_state.pt", weights_only=False)
+    assert names == [".rlid.lock", "checkpoint", "config.json", "curves.png", "eval.json",
+                     "metrics.jsonl", "summary.md"]  # fmt: skip
+    state = load_trainer_state(tmp_path / "two" / "checkpoint")
     assert len(state["rng_ranks"]) == 2
     # held-out evaluation split over the ranks (episodes 0-15 / 16-19) and gathered
     eval1 = json.loads((tmp_path / "one" / "eval.json").read_text())
@@ -193,7 +193,9 @@ def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commandi
     # DAPO: token-mean aggregation, so the normaliser is all ranks' tokens of a minibatch
     cfg = config(
         plane="token", model=commanding_model, env_options=dict(GAME), algo="dapo",
-        max_gen_batches=1, max_new_tokens=4, invalid_penalty=-0.5, lr=1e-3,
+        # DAPO keeps a group only if its task outcomes vary: groups of 4, up to 3 rounds
+        group_size=4, steps=64, max_gen_batches=3, max_new_tokens=4, invalid_penalty=-0.5,
+        lr=1e-3,
     )  # fmt: skip
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
