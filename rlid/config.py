@@ -22,6 +22,8 @@ from typing import Any, Literal, get_args
 
 from menus import Interface
 from rlid.budget import BudgetCurrency
+from rlid.flags import add_dataclass_arguments, flag_name
+from rlid.flags import given_values as flags_given
 from rlid.names import (
     AdvantageKind,
     AdvantageScale,
@@ -259,21 +261,15 @@ class TrainConfig:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["env_options"] = dict(self.env_options)
         out["interface"] = self.interface.to_dict()
-        if self.budget_currency == "env_steps":
-            # Left out at its default so configs (and checkpoint fingerprints) written
-            # before the field existed stay identical and resumable.
-            del out["budget_currency"]
-        if self.label_mass_coef == 0:  # likewise
-            del out["label_mass_coef"]
-        if not self.report_to:  # likewise
-            del out["report_to"]
-        else:
-            out["report_to"] = list(self.report_to)
-        # Likewise for the hardware fields that do not change what is computed (only how);
-        # device, dtype and mixed_precision are always recorded.
-        for name, default in _UNRECORDED_AT_DEFAULT.items():
-            if out[name] == default:
+        # Fields added after 0.1 are left out at their default, so configs (and checkpoint
+        # fingerprints) written before they existed stay identical and resumable; the
+        # hardware fields that change how, not what, is computed likewise (device, dtype
+        # and mixed_precision are always recorded).
+        for name in _RECORDED_WHEN_CHANGED:
+            if out[name] == self.__dataclass_fields__[name].default:
                 del out[name]
+        if "report_to" in out:
+            out["report_to"] = list(self.report_to)
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]
@@ -297,15 +293,18 @@ class TrainConfig:
 
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-_UNRECORDED_AT_DEFAULT: dict[str, Any] = {
-    "dist_timeout": 300.0,
-    "threads": None,
-    "micro_batch_size": None,
-    "gradient_checkpointing": False,
-    "ref_offload": False,
-    "env_workers": 0,
-    "keep_checkpoints": 1,
-}
+_RECORDED_WHEN_CHANGED = (
+    "budget_currency",
+    "label_mass_coef",
+    "report_to",
+    "dist_timeout",
+    "threads",
+    "micro_batch_size",
+    "gradient_checkpointing",
+    "ref_offload",
+    "env_workers",
+    "keep_checkpoints",
+)
 
 
 # -------------------------------------------------------------------------- validation
@@ -315,7 +314,7 @@ def _type_hints(cls: type) -> dict[str, Any]:
 
 
 def _flag_hint(name: str) -> str:
-    return f"config key {name!r} (flag {_flag(name)})"
+    return f"config key {name!r} (flag {flag_name(name)})"
 
 
 def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> None:
@@ -361,12 +360,6 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
 _SKIP_FLAGS = ("interface", "env_options")
 
 
-def _flag(name: str) -> str:
-    from rlid.flags import flag_name
-
-    return flag_name(name)
-
-
 def add_env_option_argument(
     parser: argparse.ArgumentParser, help: str = "env option (repeatable), e.g. -o size=3"
 ) -> None:
@@ -376,8 +369,6 @@ def add_env_option_argument(
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per TrainConfig and Interface field (defaults None: 'not given')."""
-    from rlid.flags import add_dataclass_arguments
-
     parser.add_argument("--config", type=Path, help="TOML file with config values (flags win)")
     add_env_option_argument(parser)
     group = parser.add_argument_group("training")
@@ -393,7 +384,6 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
     only when something was given for them; everything else keeps its default.
     """
     from envs.registry import parse_option_strings
-    from rlid.flags import given_values as flags_given
 
     data: dict[str, Any] = {}
     if getattr(args, "config", None):

@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ import torch
 from rlid.budget import Budget, Timers
 
 Reference = Literal["random", "walkthrough"]
-REFERENCES: tuple[str, ...] = ("random", "walkthrough")
+REFERENCES: tuple[str, ...] = get_args(Reference)
 
 
 @dataclass(frozen=True)
@@ -118,12 +118,16 @@ class WalkthroughPolicy:
         return out
 
 
+REFERENCE_POLICIES: dict[str, type[RandomPolicy] | type[WalkthroughPolicy]] = {
+    "random": RandomPolicy,
+    "walkthrough": WalkthroughPolicy,
+}
+
+
 def make_reference_policy(name: str) -> RandomPolicy | WalkthroughPolicy:
-    if name == "random":
-        return RandomPolicy()
-    if name == "walkthrough":
-        return WalkthroughPolicy()
-    raise ValueError(f"unknown reference {name!r}; valid: {', '.join(REFERENCES)}")
+    if name not in REFERENCE_POLICIES:
+        raise ValueError(f"unknown reference {name!r}; valid: {', '.join(REFERENCES)}")
+    return REFERENCE_POLICIES[name]()
 
 
 def evaluate_reference(
