@@ -11,8 +11,17 @@ from rlid.compare.run import run_comparison
 
 
 # ----------------------------------------------------------------------------- CLI
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return names
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     compare = load_compare_config(args.config)  # every check before any run starts
+    if args.arms is not None or args.envs is not None:
+        compare = compare.select(arms=args.arms, envs=args.envs)
     if args.check:
         print(json.dumps(compare.to_dict(), indent=2))
         return 0
@@ -45,6 +54,15 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, metavar="DIR",
         help="output directory (required unless --check): runs/ARM-seedN run directories, "
         "report.md, results.json, plots",
+    )  # fmt: skip
+    p.add_argument(
+        "--arms", type=_names, metavar="A,B",
+        help="train and report only these arms (comma-separated names from the config); "
+        "run names stay those of the whole comparison, so a later call continues",
+    )  # fmt: skip
+    p.add_argument(
+        "--envs", type=_names, metavar="X,Y",
+        help="train and report only these envs (comma-separated names from the config)",
     )  # fmt: skip
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"

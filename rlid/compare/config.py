@@ -40,7 +40,7 @@ eval_episodes and interface.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, get_args
 
 from menus import Interface
@@ -123,6 +123,32 @@ class CompareConfig:
     envs: tuple[CompareEnv, ...]  # environments; each is trained and evaluated separately
     arms: tuple[Arm, ...]  # in the order of the TOML file
     references: tuple[str, ...] = ("random",)  # untrained reference arms (rlid.compare.reference)
+    # every env name of the file when ``select`` kept only some: run names stay those of
+    # the whole comparison, so a selection reuses and feeds the same run directories
+    all_envs: tuple[str, ...] = ()
+
+    def select(
+        self, arms: list[str] | None = None, envs: list[str] | None = None
+    ) -> CompareConfig:
+        """The same comparison restricted to some arms and/or envs (``rlid compare
+        --arms/--envs``): run names, configs and reuse are unchanged, so a selection
+        trains part of a large comparison and a later call with more names continues."""
+        for kind, wanted, known in (
+            ("arm", arms, [a.name for a in self.arms]),
+            ("env", envs, [e.name for e in self.envs]),
+        ):
+            unknown = [name for name in wanted or [] if name not in known]
+            if unknown:
+                raise CompareConfigError(
+                    f"unknown {kind} name(s) {', '.join(unknown)}; this config has: "
+                    f"{', '.join(known)}"
+                )
+        return replace(
+            self,
+            arms=tuple(a for a in self.arms if arms is None or a.name in arms),
+            envs=tuple(e for e in self.envs if envs is None or e.name in envs),
+            all_envs=self.all_envs or tuple(e.name for e in self.envs),
+        )
 
     def interface_diffs(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """``{arm: {field: (shared value, arm value)}}`` for arms whose interface differs."""
@@ -134,7 +160,7 @@ class CompareConfig:
         return out
 
     def run_name(self, arm: str, env: str, seed: int) -> str:
-        if len(self.envs) == 1:
+        if len(self.all_envs or self.envs) == 1:
             return f"{arm}-seed{seed}"
         return f"{arm}-{env}-seed{seed}"
 
@@ -182,6 +208,7 @@ class CompareConfig:
                 }
                 for a in self.arms
             ],
+            **({"selected_from_envs": list(self.all_envs)} if self.all_envs else {}),
         }
 
 
