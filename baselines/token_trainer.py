@@ -76,7 +76,9 @@ from rlid.trainer import (
     iteration_rngs,
     make_envs,
     make_reset_seeds,
+    micro_plan,
     play_groups,
+    reduce_unwrapped,
     reference_model,
     setup_hardware,
 )
@@ -260,6 +262,8 @@ def token_update(
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     world: World = dist_.SINGLE,
     owner: np.ndarray | None = None,
+    parallel: dist_.Parallel | None = None,
+    filler: Generation | None = None,
 ) -> dict[str, float]:
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
 
@@ -273,7 +277,12 @@ def token_update(
     Several processes: ``owner`` maps the global completion list (all ranks, groups in
     order) to indices into ``completions`` (-1: held by another rank). Minibatches are
     drawn over the global list, the normaliser is the global minibatch's (all ranks'
-    tokens for token-mean) and the gradients are summed over ranks.
+    tokens for token-mean) and the gradients are summed over ranks: by ``parallel``'s
+    wrapper (``model`` is then its ``train_module``, inside its ``update`` block) or
+    by :func:`rlid.distributed.reduce_gradients`. A wrapped model needs matched
+    collectives: a rank short of micro-batches runs filler steps (loss times 0) on one
+    of its completions, or on ``filler`` (any completion this rank generated) when it
+    holds none.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     owner = np.arange(len(completions)) if owner is None else owner
@@ -307,16 +316,26 @@ def token_update(
                 idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 parts: list[tuple[float, dict[str, float]]] = []
-                for part in chunks(len(idx), micro):
+                for part, context in micro_plan(parallel, chunks(len(idx), micro)):
+                    if part is None:  # a filler step: keeps the wrapper's collectives matched
+                        batch = [completions[0] if completions else filler]
+                        with context:
+                            _token_micro_step(
+                                model, batch, torch.zeros(1), normaliser, config=config,  # type: ignore[arg-type]
+                                pad_id=pad_id, stepper=stepper, budget=budget, timers=timers,
+                                autocast=autocast, weight=0.0,
+                            )  # fmt: skip
+                        continue
                     sub = idx[part]
-                    metrics = _token_micro_step(
-                        model, [completions[i] for i in sub], advantages[sub], normaliser,
-                        config=config, pad_id=pad_id, stepper=stepper, budget=budget,
-                        timers=timers, autocast=autocast,
-                    )  # fmt: skip
+                    with context:
+                        metrics = _token_micro_step(
+                            model, [completions[i] for i in sub], advantages[sub], normaliser,
+                            config=config, pad_id=pad_id, stepper=stepper, budget=budget,
+                            timers=timers, autocast=autocast,
+                        )  # fmt: skip
                     parts.append((len(sub) / len(chosen), metrics))
                 with timers.time("backward"):
-                    dist_.reduce_gradients(params, world)
+                    reduce_unwrapped(parallel, params, world)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
                 everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]
@@ -346,8 +365,10 @@ def _token_micro_step(
     budget: Budget,
     timers: Timers,
     autocast: Callable[[], AbstractContextManager[Any]],
+    weight: float = 1.0,
 ) -> dict[str, float]:
-    """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``."""
+    """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``
+    (``weight=0``: a filler step, a zero loss backpropagated)."""
     prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
     temperature = batch_temperature(batch)
     with timers.time("forward"):
@@ -374,7 +395,7 @@ def _token_micro_step(
             beta=config.beta,
             normaliser=normaliser.to(device),
         )
-        stepper.backward(loss)
+        stepper.backward(loss * weight if weight != 1.0 else loss)
     budget.forward_passes += 1
     budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
     return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}
@@ -475,12 +496,14 @@ def train_token(
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
 
-    params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_model = reference_model(config, log, model) if config.beta > 0 else None
+    # several processes: the update's model is wrapped (DDP / FSDP2); rollouts use `model`
+    parallel = dist_.Parallel(model, world, config.parallel, precision.device)
+    params = list(parallel.params)  # LoRA: adapters only; FSDP2: the sharded parameters
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     iteration = begin_run(
         log, config, model=model, value_head=None, optimizer=optimizer, budget=budget,
-        eval_policy=eval_policy, eval_envs=eval_envs, world=world,
+        eval_policy=eval_policy, eval_envs=eval_envs, world=world, parallel=parallel,
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
@@ -509,11 +532,16 @@ def train_token(
             counts[e.group] = counts.get(e.group, 0) + e.length
         groups = config.groups_per_iter * config.max_gen_batches
         owner = dist_.global_index(counts, groups, world)
-        update = token_update(
-            model, completions, advantages, config=config, optimizer=optimizer, rng=rng,
-            pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
-            autocast=precision.autocast, world=world, owner=owner,
-        )  # fmt: skip
+        filler = next((g for e in result.generated for g in e.decisions), None)
+        if filler is not None and config.beta > 0:  # scored with weight 0: any reference
+            filler.extra.setdefault("logp_ref", list(filler.logp_old))
+        with parallel.update() as train_model:
+            update = token_update(
+                train_model, completions, advantages, config=config, optimizer=optimizer,
+                rng=rng, pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
+                autocast=precision.autocast, world=world, owner=owner, parallel=parallel,
+                filler=filler,
+            )  # fmt: skip
 
         # 4. logging, evaluation, checkpoint (statistics over all ranks)
         budget.wall_time += time.perf_counter() - t0
@@ -526,7 +554,7 @@ def train_token(
             eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
             checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
                             optimizer=optimizer),
-            world=world,
+            world=world, parallel=parallel,
         )  # fmt: skip
     finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)

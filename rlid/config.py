@@ -30,6 +30,7 @@ from rlid.names import (
     EngineName,
     Mismatch,
     MixedPrecision,
+    ParallelName,
     PlaneName,
     ScoreNorm,
     TokenAlgo,
@@ -188,6 +189,14 @@ class TrainConfig:
         "multi-process runs (torchrun): seconds a collective waits for the other processes "
         "before the run fails with a clear error",
     )
+    parallel: ParallelName = _f(
+        "ddp",
+        "multi-process runs (torchrun): how the update's model is wrapped; ddp: a full copy "
+        "per process, gradients summed by DistributedDataParallel; fsdp: FSDP2 (fully_shard "
+        "per decoder layer and at the root), parameters, gradients and optimizer state "
+        "sharded during the update and gathered for rollouts. LoRA: only the adapters are "
+        "reduced. One process: nothing is wrapped",
+    )
 
     interface: Interface = field(
         default_factory=Interface, metadata={"help": "what the policy sees (menus.Interface)"}
@@ -298,6 +307,7 @@ _RECORDED_WHEN_CHANGED = (
     "label_mass_coef",
     "report_to",
     "dist_timeout",
+    "parallel",
     "threads",
     "micro_batch_size",
     "gradient_checkpointing",

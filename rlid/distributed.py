@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -250,3 +250,237 @@ def global_index(local_counts: dict[int, int], groups: int, world: World) -> np.
         owner[starts[g] : starts[g] + n] = np.arange(local, local + n)
         local += n
     return owner
+
+
+# --------------------------------------------------------------------------- wrapping
+def _sum_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: all-reduce a gradient bucket with SUM, no division.
+
+    DDP's default hook averages; each rank's loss here already carries the global
+    normaliser, so the sum is the gradient one process would compute.
+    """
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
+    assert work is not None  # async_op=True
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+# DDP checks the hook's annotations as objects (this module's are strings)
+_sum_hook.__annotations__ = {
+    "state": Any,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
+class DDPModel(torch.nn.Module):
+    """A DDP-wrapped causal LM that still looks like one to the readout.
+
+    Calls go through :class:`~torch.nn.parallel.DistributedDataParallel` (so a backward
+    of its outputs sums the gradients over ranks); ``config`` and
+    ``get_output_embeddings()`` are the inner model's (the readout reads the vocabulary
+    size and hooks the LM head there).
+    """
+
+    def __init__(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+        super().__init__()
+        self.ddp = ddp
+        self.config = ddp.module.config
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.ddp.module.get_output_embeddings()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.ddp(*args, **kwargs)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of a Hugging Face model (also peft-wrapped): the modules
+    whose class is named in ``_no_split_modules``, the unit FSDP shards one at a time."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"parallel='fsdp': found no decoder layers in {type(model).__name__} (no module "
+            f"named in _no_split_modules={sorted(names)}); use --parallel ddp"
+        )
+    return layers
+
+
+class Parallel:
+    """How a multi-process run's model is wrapped for its update (``--parallel``).
+
+    ``module`` is what rollouts, evaluation, the KL reference and checkpoints see;
+    ``train_module`` is what the update calls; ``params`` are the trainable parameters
+    to hand the optimizer. One process: nothing is wrapped and everything here is a
+    no-op (the plain path). Several processes:
+
+    * ``ddp`` -- :class:`DDPModel` around ``DistributedDataParallel(module)`` with a SUM
+      communication hook; ``module`` itself stays unwrapped, so rollouts run without
+      any gradient synchronisation. Only parameters with ``requires_grad`` are reduced
+      (LoRA: the adapters).
+    * ``fsdp`` -- FSDP2: ``fully_shard`` on every decoder layer and at the root, with
+      SUM reduce-scatters (divide factor 1). The module is sharded in place: between
+      updates its parameters are kept gathered (unsharded, ``reshard_after_forward``
+      off), so rollouts and evaluation run with no collective and any number of
+      forwards per rank; :meth:`update` reshards them for the update and gathers the
+      updated ones afterwards. Memory: a full copy of the weights per process outside
+      the update (inference needs it), gradients and optimizer state always sharded.
+
+    Parameters outside the wrapped module (the value head) are reduced with
+    :func:`reduce_gradients` (:meth:`reduce_rest`).
+    """
+
+    def __init__(
+        self, module: torch.nn.Module, world: World, mode: str, device: torch.device
+    ) -> None:
+        self.module = module
+        self.world = world
+        self.mode = mode if world.distributed else "none"
+        self.train_module: torch.nn.Module = module
+        self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
+        self._fsdp: list[Any] = []
+        if self.mode == "ddp":
+            with collective("DistributedDataParallel setup"):
+                self._ddp = torch.nn.parallel.DistributedDataParallel(
+                    module,
+                    device_ids=[device.index or 0] if device.type == "cuda" else None,
+                    broadcast_buffers=False,  # no collective in forward: ranks forward unequally
+                    find_unused_parameters=False,
+                )
+            self._ddp.register_comm_hook(None, _sum_hook)
+            self.train_module = DDPModel(self._ddp)
+        elif self.mode == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+
+            broadcast_parameters([module], world)  # FSDP shards rank 0's weights
+            mesh = init_device_mesh(device.type, (world.size,))
+            with collective("fully_shard"):
+                for layer in decoder_layers(module):
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(module, mesh=mesh)
+            self._fsdp = [m for m in module.modules() if isinstance(m, FSDPModule)]
+            for m in self._fsdp:
+                m.set_gradient_divide_factor(1.0)  # sum, not mean
+                m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+        elif self.mode != "none":
+            raise ValueError(f"parallel={mode!r} is not valid; choose ddp or fsdp")
+        # fsdp: the sharded (DTensor) parameters, which the optimizer must hold
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self._gather()
+
+    @property
+    def wrapped(self) -> bool:
+        return self.mode != "none"
+
+    # ---------------------------------------------------------------- fsdp states
+    def _gather(self) -> None:
+        """fsdp: all-gather the parameters and keep them gathered (no collective in forward)."""
+        if not self._fsdp:
+            return
+        with collective("FSDP all-gather of the parameters"):
+            for m in self._fsdp:
+                m.set_reshard_after_forward(False)
+            for m in self._fsdp:
+                m.unshard()
+
+    def _shard(self) -> None:
+        if not self._fsdp:
+            return
+        for m in self._fsdp:
+            m.reshard()
+            m.set_reshard_after_forward(True)
+
+    @contextmanager
+    def update(self, policy: Any = None) -> Iterator[torch.nn.Module]:
+        """The update's block: yields ``train_module`` (also set as ``policy.model``,
+        restored afterwards); fsdp: parameters sharded inside, gathered again after."""
+        saved = getattr(policy, "model", None)
+        self._shard()
+        if policy is not None:
+            policy.model = self.train_module
+        try:
+            yield self.train_module
+        finally:
+            if policy is not None:
+                policy.model = saved
+            self._gather()
+
+    # ---------------------------------------------------------------- micro-batches
+    def micro_plan(
+        self, parts: list[slice]
+    ) -> list[tuple[slice | None, AbstractContextManager[Any]]]:
+        """The micro-steps of one minibatch on this rank: ``(part, context)`` pairs, each a
+        forward + backward run inside ``context``; ``part=None`` is a filler step (any one
+        held item, loss multiplied by 0) that keeps the wrapper's collectives matched.
+
+        * one process / explicit reduction: the parts as they are;
+        * ddp: every part but the last under ``no_sync()``, so each rank runs exactly one
+          synchronised backward per optimizer step (a rank holding no member: one filler);
+        * fsdp: every forward / backward is collective (all-gathers, reduce-scatters), so
+          every rank runs the same number of steps: the most any rank holds, padded with
+          fillers (every step reduce-scatters its gradient; the shards accumulate).
+        """
+        if self._ddp is not None:
+            steps: list[slice | None] = list(parts) or [None]
+            return [
+                (part, nullcontext() if i == len(steps) - 1 else self._ddp.no_sync())
+                for i, part in enumerate(steps)
+            ]
+        if self._fsdp:
+            most = int(all_max([len(parts)], self.world)[0])
+            padded: list[slice | None] = [*parts, *[None] * (most - len(parts))]
+            return [(part, nullcontext()) for part in padded]
+        return [(part, nullcontext()) for part in parts]
+
+    def reduce_rest(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the gradients the wrapper does not reduce (unwrapped: all of them)."""
+        if self.wrapped:
+            owned = {id(p) for p in self.params}
+            params = [p for p in params if id(p) not in owned]
+        reduce_gradients(params, self.world)
+
+    # ---------------------------------------------------------------- checkpoints
+    def full_state(
+        self, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
+        """fsdp: the full model and optimizer state dicts, gathered to rank 0's CPU
+        (a collective: every rank calls it; others get empty dicts). Otherwise
+        ``(None, None)``: the modules' own state dicts are complete."""
+        if not self._fsdp:
+            return None, None
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        with collective("FSDP gather of the checkpoint"):
+            model_state = get_model_state_dict(self.module, options=options)
+            self._shard()
+            try:
+                optim_state = get_optimizer_state_dict(self.module, optimizer, options=options)
+            finally:
+                self._gather()
+        return dict(model_state), dict(optim_state)  # type: ignore[arg-type]
+
+    def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Load an optimizer state saved by this mode (fsdp: a full state dict keyed by
+        parameter names, re-sharded here; otherwise the optimizer's own format)."""
+        if not self._fsdp:
+            optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        self._shard()
+        try:
+            with collective("FSDP load of the optimizer state"):
+                set_optimizer_state_dict(
+                    self.module, optimizer, state, options=StateDictOptions(full_state_dict=True)
+                )
+        finally:
+            self._gather()

@@ -142,13 +142,35 @@ class Stepper:
         """Clip the (unscaled) gradient norm, step; returns the norm before clipping."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        grad_norm = clip_grad_norm(self.params, self.max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # skipped when the norm is inf / NaN
             self.scaler.update()
         else:
             self.optimizer.step()
         return grad_norm
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm_`` that also takes a mix of sharded (FSDP2 DTensor) and plain
+    parameters (a value head beside a sharded model): the total norm is computed over
+    both kinds, the sharded part's norm reduced over its shards."""
+    from torch.distributed.tensor import DTensor
+
+    sharded = [p for p in params if isinstance(p, DTensor)]
+    if not sharded:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    norms = []
+    for group in (sharded, plain):
+        grads = [p.grad for p in group if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)
+            norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    total = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.tensor(0.0)
+    for group in (sharded, plain):
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total
 
 
 _DROPOUT_ATTRS = ("attention_dropout", "dropout", "hidden_dropout", "attn_dropout", "resid_pdrop")

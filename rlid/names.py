@@ -36,3 +36,6 @@ WeightDtype = Literal["float32", "bfloat16", "float16"]
 
 MixedPrecision = Literal["none", "bf16", "fp16"]
 """Autocast of the model forwards, float32 master weights (``rlid.hardware``)."""
+
+ParallelName = Literal["ddp", "fsdp"]
+"""How a multi-process run wraps the model for its update (``rlid.distributed.Parallel``)."""

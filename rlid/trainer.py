@@ -19,6 +19,7 @@ update -> logging/checkpoint. Departures from textbook PPO, and why:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog
 
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
+FILLER = np.zeros(1, dtype=np.int64)  # a filler micro-step scores the rank's first decision
 
 
 def iteration_rngs(
@@ -285,6 +287,7 @@ def ppo_update(
     scaler: torch.amp.GradScaler | None = None,
     world: World = dist_.SINGLE,
     owner: np.ndarray | None = None,
+    parallel: dist_.Parallel | None = None,
 ) -> dict[str, float]:
     """PPO epochs x minibatches over one iteration's decisions; returns mean metrics.
 
@@ -294,6 +297,10 @@ def ppo_update(
     permutation on every rank; each rank's loss terms are divided by the *global*
     minibatch size and the gradients are summed over ranks, so every rank takes the
     same steps as one process would (a rank holding no member still joins the sum).
+    ``parallel`` (:class:`rlid.distributed.Parallel`, its ``update`` block active:
+    ``policy.model`` is the wrapped model) reduces the model's gradients in its
+    backward (DDP / FSDP2); without it, or for parameters it does not wrap (the value
+    head), :func:`rlid.distributed.reduce_gradients` sums them before the step.
 
     Each minibatch is one optimizer step; its forward/backward runs in micro-batches
     of ``config.micro_batch_size`` decisions whose gradients accumulate, every loss
@@ -338,16 +345,19 @@ def ppo_update(
                 idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
-                for part in chunks(len(idx), micro):
-                    metrics = _decision_micro_step(
-                        policy, decisions, idx[part], actions, logp_old, advantages, targets,
-                        normaliser=len(chosen), signal=signal, config=config, stepper=stepper,
-                        timers=timers,
-                    )  # fmt: skip
+                for part, context in micro_plan(parallel, chunks(len(idx), micro)):
+                    # a filler step (part None) keeps the wrapper's collectives matched
+                    with context:
+                        metrics = _decision_micro_step(
+                            policy, decisions, idx[part] if part is not None else FILLER,
+                            actions, logp_old, advantages, targets, normaliser=len(chosen),
+                            signal=signal, config=config, stepper=stepper, timers=timers,
+                            weight=1.0 if part is not None else 0.0,
+                        )  # fmt: skip
                     for k, v in metrics.items():
-                        totals[k] = totals.get(k, 0.0) + float(v)
+                        totals[k] = totals.get(k, 0.0) + (float(v) if part is not None else 0.0)
                 with timers.time("backward"):
-                    dist_.reduce_gradients(params, world)
+                    reduce_unwrapped(parallel, params, world)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
                 # every term is a sum / the global minibatch size: sum over ranks
@@ -367,6 +377,26 @@ def ppo_update(
     if skipped:
         out["skipped_minibatches"] = float(skipped)
     return out
+
+
+def micro_plan(
+    parallel: dist_.Parallel | None, parts: list[slice]
+) -> list[tuple[slice | None, Any]]:
+    """The micro-steps of one minibatch: :meth:`rlid.distributed.Parallel.micro_plan`,
+    or the parts as they are without a wrapper."""
+    if parallel is None:
+        return [(part, contextlib.nullcontext()) for part in parts]
+    return parallel.micro_plan(parts)
+
+
+def reduce_unwrapped(
+    parallel: dist_.Parallel | None, params: list[torch.nn.Parameter], world: World
+) -> None:
+    """Sum over ranks the gradients no wrapper reduced (all of them without one)."""
+    if parallel is None:
+        dist_.reduce_gradients(params, world)
+    else:
+        parallel.reduce_rest(params)
 
 
 def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
@@ -394,9 +424,11 @@ def _decision_micro_step(
     config: TrainConfig,
     stepper: Stepper,
     timers: Timers,
+    weight: float = 1.0,
 ) -> dict[str, torch.Tensor]:
     """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
-    (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's."""
+    (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's.
+    ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss."""
     batch = [decisions[i] for i in idx]
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
@@ -433,7 +465,7 @@ def _decision_micro_step(
             value_loss = 0.5 * (value - target).pow(2).sum() / normaliser
             loss = loss + config.vf_coef * value_loss
             metrics = {**metrics, "value_loss": value_loss.detach()}
-        stepper.backward(loss)
+        stepper.backward(loss * weight if weight != 1.0 else loss)
     return {**metrics, "loss": loss.detach()}
 
 
@@ -481,21 +513,27 @@ def begin_run(
     eval_policy: Any,
     eval_envs: list[Any],
     world: World = dist_.SINGLE,
+    parallel: dist_.Parallel | None = None,
 ) -> int:
     """Write the run directory, then restore a checkpoint (returning its iteration) or
     evaluate the starting policy on held-out games (returning 0).
 
-    Every rank starts from rank 0's parameters (a no-op in one process).
+    Every rank starts from rank 0's parameters (a no-op in one process; a wrapped model
+    got them when it was wrapped).
     """
     dist_.barrier(world)  # every rank has checked the directory before rank 0 writes it
     log.start()
+    synced = [None if parallel is not None and parallel.wrapped else model, value_head]
     if log.resuming:
         iteration = log.restore(
-            value_head=value_head, optimizer=optimizer, budget=budget, world=world
-        )
-        dist_.broadcast_parameters([model, value_head], world)
+            value_head=value_head, optimizer=optimizer, budget=budget, world=world,
+            load_optimizer=(
+                (lambda state: parallel.load_optimizer(optimizer, state)) if parallel else None
+            ),
+        )  # fmt: skip
+        dist_.broadcast_parameters(synced, world)
         return iteration
-    dist_.broadcast_parameters([model, value_head], world)
+    dist_.broadcast_parameters(synced, world)
     log.write_origin(getattr(model, "rlid_origin", str(config.model)))
     before = evaluate(
         eval_policy, eval_envs, config.eval_episodes, interface=config.interface, world=world
@@ -517,6 +555,7 @@ def end_iteration(
     bar: Any,
     checkpoint: dict[str, Any],
     world: World = dist_.SINGLE,
+    parallel: dist_.Parallel | None = None,
 ) -> None:
     """Log one iteration's row (time split, budget, optional eval) and checkpoint.
 
@@ -534,7 +573,13 @@ def end_iteration(
     spent = budget.get(config.budget_currency)
     if iteration % config.checkpoint_every == 0 or spent >= config.steps:
         rng_states = dist_.gather_objects(rng_state(), world)
-        log.checkpoint(**checkpoint, iteration=iteration, budget=budget, rng_states=rng_states)
+        model_state, optimizer_state = (
+            parallel.full_state(checkpoint["optimizer"]) if parallel else (None, None)
+        )  # fsdp: gathered by every rank
+        log.checkpoint(
+            **checkpoint, iteration=iteration, budget=budget, rng_states=rng_states,
+            model_state=model_state, optimizer_state=optimizer_state,
+        )  # fmt: skip
     bar.advance_to(spent)
     bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
 
@@ -609,17 +654,19 @@ def train(
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
     preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
 
-    params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
-    params += list(value_head.parameters()) if value_head else []
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     ref_policy = None
-    if config.kl_coef > 0:
+    if config.kl_coef > 0:  # (a copy of the model is taken before it is wrapped)
         ref_model = reference_model(config, log, model)
         ref_policy = make_policy(ref_model, tokenizer, config.interface, budget=Budget())
+    # several processes: the update's model is wrapped (DDP / FSDP2); rollouts use `model`
+    parallel = dist_.Parallel(model, world, config.parallel, precision.device)
+    params = list(parallel.params)  # LoRA: adapters only; FSDP2: the sharded parameters
+    params += list(value_head.parameters()) if value_head else []
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
 
     iteration = begin_run(
         log, config, model=model, value_head=value_head, optimizer=optimizer, budget=budget,
-        eval_policy=policy, eval_envs=eval_envs, world=world,
+        eval_policy=policy, eval_envs=eval_envs, world=world, parallel=parallel,
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
@@ -651,11 +698,12 @@ def train(
         for e in episodes:
             counts[e.group] += e.length
         owner = dist_.global_index(counts, config.groups_per_iter, world)
-        update = ppo_update(
-            policy, decisions, advantages, targets, config=config, optimizer=optimizer,
-            params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
-            world=world, owner=owner,
-        )  # fmt: skip
+        with parallel.update(policy):  # policy.model: the wrapped model, for this block
+            update = ppo_update(
+                policy, decisions, advantages, targets, config=config, optimizer=optimizer,
+                params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
+                world=world, owner=owner, parallel=parallel,
+            )  # fmt: skip
 
         # 4. logging, evaluation, checkpoint (statistics over all ranks)
         budget.wall_time += time.perf_counter() - t0
@@ -672,7 +720,7 @@ def train(
             eval_policy=policy, eval_envs=eval_envs, bar=bar,
             checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
                             optimizer=optimizer),
-            world=world,
+            world=world, parallel=parallel,
         )  # fmt: skip
     finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)

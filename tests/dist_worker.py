@@ -4,7 +4,9 @@ Usage: python tests/dist_worker.py RUN_DIR RECORD_DIR CONFIG_JSON|resume
 
 Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
 (or resumes) RUN_DIR, and records into RECORD_DIR what the tests compare: the
-episodes of iteration 1 (per rank) and the first reduced gradient (rank 0).
+episodes of iteration 1 (per rank) and the first reduced gradient (rank 0), taken
+right before the first optimizer step -- after DDP's / FSDP2's reduction in the
+backward or the explicit one, whichever the run uses (sharded gradients gathered).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import torch
 
 from baselines import token_trainer
-from rlid import distributed, trainer
+from rlid import hardware, trainer
 from rlid.config import TrainConfig
 from rlid.planes import run_training
 
@@ -26,7 +28,8 @@ def main() -> int:
     run_dir, record, spec = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     record.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))
-    real_play, real_reduce = trainer.play_groups, distributed.reduce_gradients
+    real_play, real_step = trainer.play_groups, hardware.Stepper.step
+    recorded: list[bool] = []
 
     def play(*args, **kw):
         episodes = real_play(*args, **kw)
@@ -38,15 +41,18 @@ def main() -> int:
             (record / f"episodes_rank{rank}.json").write_text(json.dumps(rows))
         return episodes
 
-    def reduce(params, world):
-        real_reduce(params, world)
-        path = record / "grad.pt"
-        if rank == 0 and not path.exists():
-            torch.save([p.grad.clone() for p in params], path)
+    def step(self):
+        if not recorded:  # every rank: gathering a sharded gradient is a collective
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            grads = [g.full_tensor() if hasattr(g, "full_tensor") else g.clone() for g in grads]
+            recorded.append(True)
+            if rank == 0:
+                torch.save(grads, record / "grad.pt")
+        return real_step(self)
 
     trainer.play_groups = play
     token_trainer.play_groups = play
-    distributed.reduce_gradients = reduce
+    hardware.Stepper.step = step  # type: ignore[method-assign]
     if spec == "resume":
         run_training(None, run_dir, resume=True, progress=False)
     else:

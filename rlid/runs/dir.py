@@ -132,18 +132,24 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 1,
     rng_states: list[dict[str, Any]] | None = None,
+    model_state: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
 
     With ``keep > 1`` the replaced checkpoint is kept as ``DIR/checkpoint-<iteration>``
     (the newest ``keep - 1`` of those stay; resume always reads ``DIR/checkpoint``).
     ``rng_states``: every process's RNG state in rank order (default: this one's).
+    ``model_state`` / ``optimizer_state``: full state dicts to write instead of the
+    model's and optimizer's own (a sharded model gathers them first); the files are
+    the same either way.
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
     tmp = make_temp_dir(run_dir, ".checkpoint.")
     try:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
+        given = {"state_dict": model_state} if model_state is not None else {}
+        model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")
         from safetensors.torch import save_file
 
@@ -151,9 +157,10 @@ def save_checkpoint(
             tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
             save_file(tensors, str(tmp / f"{name}.safetensors"))
         ranks = rng_states or [rng_state()]  # every rank's RNG state (one per process)
+        optim = optimizer_state if optimizer_state is not None else optimizer.state_dict()
         save_state(
             tmp / TRAINER_STATE,
-            {"optimizer": optimizer.state_dict(), "rng": ranks[0], "rng_ranks": ranks},
+            {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
         _apply_umask(tmp)  # some writers (safetensors) create private 0600 files

@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +239,14 @@ class RunLog:
         iteration: int,
         budget: Budget,
         rng_states: list[dict[str, Any]] | None = None,
+        model_state: dict[str, torch.Tensor] | None = None,
+        optimizer_state: dict[str, Any] | None = None,
     ) -> None:
-        """Write the checkpoint (writer only); ``rng_states``: every rank's, in rank order."""
+        """Write the checkpoint (writer only); ``rng_states``: every rank's, in rank order.
+
+        ``model_state`` / ``optimizer_state``: full state dicts gathered from a sharded
+        model (``rlid.distributed.Parallel.full_state``) instead of the modules' own.
+        """
         if not self.writer:
             return
         self._check_writer()
@@ -258,7 +265,7 @@ class RunLog:
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
-            rng_states=rng_states,
+            rng_states=rng_states, model_state=model_state, optimizer_state=optimizer_state,
         )  # fmt: skip
 
     def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
@@ -282,8 +289,12 @@ class RunLog:
         optimizer: torch.optim.Optimizer,
         budget: Budget,
         world: Any = None,
+        load_optimizer: Callable[[dict[str, Any]], None] | None = None,
     ) -> int:
         """Load optimizer/value head/budget/RNG; return the checkpoint's iteration.
+
+        ``load_optimizer(state)`` replaces ``optimizer.load_state_dict`` (a sharded
+        model's optimizer: ``rlid.distributed.Parallel.load_optimizer``).
 
         The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
         ``world`` (rlid.distributed.World) picks this rank's RNG state; a checkpoint of
@@ -317,7 +328,7 @@ class RunLog:
             )
         trainer_state = rundir.load_trainer_state(ckpt)
         try:
-            optimizer.load_state_dict(trainer_state["optimizer"])
+            (load_optimizer or optimizer.load_state_dict)(trainer_state["optimizer"])
             if value_head is not None:
                 value_head.load_state_dict(rundir.load_module_state(ckpt, "value_head"))
         except (ValueError, RuntimeError, KeyError) as err:
