@@ -444,43 +444,45 @@ class Parallel:
     def full_state(
         self, optimizer: torch.optim.Optimizer
     ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
-        """fsdp: the full model and optimizer state dicts, gathered to rank 0's CPU
-        (a collective: every rank calls it; others get empty dicts). Otherwise
+        """fsdp: the full model and optimizer state dicts (a collective: every rank calls
+        it). The model's is gathered to rank 0's CPU (other ranks get an empty dict); the
+        optimizer's is ``optimizer.state_dict()`` with every sharded state tensor gathered
+        (the format of a one-process run, so the checkpoint reads the same). Otherwise
         ``(None, None)``: the modules' own state dicts are complete."""
         if not self._fsdp:
             return None, None
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.tensor import DTensor
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         with collective("FSDP gather of the checkpoint"):
             model_state = get_model_state_dict(self.module, options=options)
-            self._shard()
-            try:
-                optim_state = get_optimizer_state_dict(self.module, optimizer, options=options)
-            finally:
-                self._gather()
-        return dict(model_state), dict(optim_state)  # type: ignore[arg-type]
+            optim_state = optimizer.state_dict()
+            optim_state["state"] = {
+                pid: {
+                    k: v.full_tensor().cpu() if isinstance(v, DTensor) else v
+                    for k, v in entry.items()
+                }
+                for pid, entry in optim_state["state"].items()
+            }
+        self._gather()  # the state-dict gathering leaves the module resharded
+        return dict(model_state), optim_state  # type: ignore[arg-type]
 
     def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        """Load an optimizer state saved by this mode (fsdp: a full state dict keyed by
-        parameter names, re-sharded here; otherwise the optimizer's own format)."""
-        if not self._fsdp:
-            optimizer.load_state_dict(state)
-            return
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
+        """Load an optimizer state written by :meth:`full_state` (or by one process):
+        full tensors of sharded parameters are cut to this rank's shard first."""
+        if self._fsdp:
+            from torch.distributed.tensor import DTensor, distribute_tensor
 
-        self._shard()
-        try:
-            with collective("FSDP load of the optimizer state"):
-                set_optimizer_state_dict(
-                    self.module, optimizer, state, options=StateDictOptions(full_state_dict=True)
-                )
-        finally:
-            self._gather()
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            for pid, entry in state["state"].items():
+                param = params[int(pid)]
+                if not isinstance(param, DTensor):
+                    continue
+                for k, v in entry.items():
+                    if isinstance(v, torch.Tensor) and v.shape == param.shape:
+                        entry[k] = distribute_tensor(
+                            v.to(param.device), param.device_mesh, param.placements,
+                            src_data_rank=None,  # every rank holds the full tensor: slice
+                        )  # fmt: skip
+        optimizer.load_state_dict(state)

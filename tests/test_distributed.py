@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import test_token_trainer
 import torch
+from safetensors.torch import load_file
 
 from menus import Interface
 from rlid.config import TrainConfig
@@ -123,8 +124,12 @@ def run(
     spec = "resume" if cfg is None else json.dumps(cfg.to_dict())
     procs = start(nproc, run_dir, record, spec, cache)
     errs = wait(procs)
-    for rank, (p, err) in enumerate(zip(procs, errs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
+    failed = [
+        f"rank {r} failed:\n{e[-3000:]}"
+        for r, (p, e) in enumerate(zip(procs, errs))
+        if p.returncode
+    ]
+    assert not failed, "\n".join(failed)
     return record
 
 
@@ -136,6 +141,10 @@ def episodes(record: Path) -> list[dict]:
 
 
 def params(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's trained tensors: the model, or a LoRA run's adapters."""
+    adapters = run_dir / "checkpoint" / "model" / "adapter_model.safetensors"
+    if adapters.exists():
+        return load_file(str(adapters))
     model, _ = load_policy_model(str(run_dir / "checkpoint" / "model"))
     return dict(model.state_dict())
 
@@ -160,7 +169,11 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
     assert len(read_metrics(one)) == len(read_metrics(two)) == 2
     for key in p1:
         assert torch.allclose(p1[key], p2[key], rtol=0, atol=1e-4), key
-    start, _ = load_policy_model(json.loads((one / "config.json").read_text())["config"]["model"])
+    saved = json.loads((one / "config.json").read_text())["config"]
+    if saved.get("lora_rank", 0):  # adapters start with B = 0
+        assert any(p.abs().max() > 0 for k, p in p1.items() if "lora_B" in k)
+        return
+    start, _ = load_policy_model(saved["model"])
     assert any(not torch.equal(p1[k], v) for k, v in start.state_dict().items())
 
 
@@ -209,10 +222,44 @@ def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commandi
         assert same == {k: a["budget"][k] for k in same}
 
 
-def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache):
-    # minibatch_size=1: every minibatch is held by one rank, the other has an empty share;
-    # a tiny target_kl stops the epoch loop after the second step (all ranks together).
-    cfg = config(minibatch_size=1, epochs=2, target_kl=1e-9, lr=1e-3)
+def test_two_processes_train_like_one_fsdp_with_value_head(tmp_path, cache):
+    # FSDP2: sharded update (SUM reduce-scatters), gathered rollouts and evaluation, a
+    # full checkpoint gathered on rank 0; the value head (advantage="gae") is reduced
+    # explicitly beside the sharded model and clipped with it.
+    cfg = config(parallel="fsdp", advantage="gae", eval_episodes=4)
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    ckpt1, ckpt2 = (tmp_path / name / "checkpoint" for name in ("one", "two"))
+    assert sorted(p.name for p in (ckpt2 / "model").iterdir()) == sorted(
+        p.name for p in (ckpt1 / "model").iterdir()
+    )  # the same checkpoint format as one process
+    v1, v2 = (load_file(str(c / "value_head.safetensors")) for c in (ckpt1, ckpt2))
+    for key in v1:
+        assert torch.allclose(v1[key], v2[key], rtol=0, atol=1e-4), key
+    eval1 = json.loads((tmp_path / "one" / "eval.json").read_text())
+    eval2 = json.loads((tmp_path / "two" / "eval.json").read_text())
+    assert eval1["after"] == pytest.approx(eval2["after"])
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_train_like_one_lora(tmp_path, cache, parallel):
+    # only the adapters require grad: the wrapper reduces those alone; micro-batches of 3
+    # (a rank's share of a minibatch of 8 is 2 micro-batches: DDP's no_sync, then one
+    # synchronised backward; FSDP2: the same number of steps on every rank)
+    cfg = config(parallel=parallel, lora_rank=2, micro_batch_size=3, lr=1e-3)
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    assert all("lora_" in key for key in params(tmp_path / "two"))
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache, parallel):
+    # minibatch_size=1: every minibatch is held by one rank, the other has an empty share
+    # (a filler step keeps DDP's / FSDP2's collectives matched); a tiny target_kl stops
+    # the epoch loop after the second step (all ranks together).
+    cfg = config(minibatch_size=1, epochs=2, target_kl=1e-9, lr=1e-3, parallel=parallel)
     run(2, tmp_path / "run", cfg, cache)
     rows = read_metrics(tmp_path / "run")
     assert len(rows) == 2
