@@ -202,13 +202,14 @@ def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
     assert eval1["before"] == pytest.approx(eval2["before"])
 
 
-def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commanding_model):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commanding_model, parallel):
     # DAPO: token-mean aggregation, so the normaliser is all ranks' tokens of a minibatch
     cfg = config(
         plane="token", model=commanding_model, env_options=dict(GAME), algo="dapo",
         # DAPO keeps a group only if its task outcomes vary: groups of 4, up to 3 rounds
         group_size=4, steps=64, max_gen_batches=3, max_new_tokens=4, invalid_penalty=-0.5,
-        lr=1e-3,
+        lr=1e-3, parallel=parallel,
     )  # fmt: skip
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
@@ -286,8 +287,11 @@ def test_groups_must_divide_among_processes(tmp_path, cache):
     assert "must be divisible by the number of processes (2)" in errs[0]
 
 
-def test_killed_rank_fails_the_others_and_resume_matches(tmp_path, cache):
-    cfg = config(steps=24)  # 3 iterations
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_killed_rank_fails_the_others_and_resume_matches(tmp_path, cache, parallel):
+    # fsdp: the checkpoint's model and optimizer state were gathered from the shards
+    # and are cut into shards again on resume
+    cfg = config(steps=24, parallel=parallel)  # 3 iterations
     run(2, tmp_path / "full", cfg, cache)
 
     procs = start(2, tmp_path / "killed", tmp_path / "rec", json.dumps(cfg.to_dict()), cache)
