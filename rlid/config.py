@@ -254,6 +254,13 @@ class TrainConfig:
             raise ValueError("the token plane is critic-free: use --advantage group")
         if self.eval_episodes < 0 or self.eval_every < 0 or self.checkpoint_every < 1:
             raise ValueError("eval_episodes, eval_every must be >= 0 and checkpoint_every >= 1")
+        if self.parallel == "fsdp" and self.mixed_precision == "fp16":
+            raise ValueError(
+                "parallel='fsdp' with mixed_precision='fp16' is not supported: the "
+                "GradScaler's inf/NaN check would see only this process's gradient shard, so "
+                "ranks could disagree on skipping a step; use --mixed-precision bf16 or "
+                "--parallel ddp"
+            )
         if self.lora_rank < 0 or self.lora_alpha <= 0:
             raise ValueError(
                 f"need lora_rank >= 0 and lora_alpha > 0, got {self.lora_rank}, {self.lora_alpha}"

@@ -14,14 +14,29 @@ The trainers call this module at a few named edges only:
   episodes as one.
 * **reduction** -- :func:`global_index` maps the *global* decision list (groups in
   order) to the members a rank holds, so minibatches are drawn over the global
-  list with the same permutation everywhere; :func:`reduce_gradients` sums the
-  gradients (each rank's loss already carries the global normaliser);
-  :func:`all_sum` reduces counters and statistics; :func:`reduce_budget` turns
+  list with the same permutation everywhere. The gradients are *summed* over ranks
+  (each rank's loss already carries the global normaliser, so the sum is the
+  one-process gradient): by the wrapper of the update's model (:class:`Parallel`,
+  ``--parallel``) and, for what it does not wrap (the value head), by
+  :func:`reduce_gradients`; :func:`all_sum` reduces counters and statistics;
+  :func:`reduce_budget` turns
   each rank's spend of one iteration into the global spend (sums, except
   ``optimizer_steps`` and ``wall_time``: the maximum, since every rank takes the
   same steps in the same iteration).
+* **wrapping** -- :class:`Parallel` wraps the model for the update only:
+  ``ddp`` (default) puts it in ``DistributedDataParallel`` with a SUM communication
+  hook and runs every micro-batch but a rank's last under ``no_sync()``; ``fsdp``
+  shards it with FSDP2 (``fully_shard`` per decoder layer and at the root, SUM
+  reduce-scatters) and gathers the parameters between updates. Rollouts, evaluation
+  and the KL reference call the unwrapped module (FSDP2: the same module, gathered),
+  so inference synchronises nothing. Both wrappers need matched collectives in the
+  update: a rank holding no member of a minibatch runs a filler step (one of its own
+  items, loss times 0); under FSDP2 every rank runs as many micro-steps as the rank
+  holding the most. LoRA: only the adapters require grad, so only they are reduced.
 * **writing** -- rank 0 alone writes the run directory (:attr:`World.is_writer`);
-  every rank's RNG state is gathered into the checkpoint (:func:`gather_objects`).
+  every rank's RNG state is gathered into the checkpoint (:func:`gather_objects`);
+  an FSDP2 model's and optimizer's full states are gathered first
+  (:meth:`Parallel.full_state`), so the checkpoint has the one-process format.
 
 A peer that dies makes the next collective fail; that failure (or a collective
 that waits longer than ``dist_timeout``) is raised as :class:`PeerLost` with
@@ -185,9 +200,10 @@ def reduce_gradients(params: Sequence[torch.nn.Parameter], world: World) -> None
     """Sum gradients over ranks in one flat all-reduce (missing gradients count as 0).
 
     Each rank's loss is already divided by the *global* normaliser, so the sum is the
-    gradient one process would compute on the whole minibatch. (DDP would average;
-    it is not used so that a rank holding no member of a minibatch can skip the
-    forward pass and still join the reduction.)
+    gradient one process would compute on the whole minibatch. Used for parameters
+    outside the wrapped model (the value head) and for updates run without a
+    :class:`Parallel` (a rank holding no member of a minibatch skips the forward and
+    still joins the reduction).
     """
     if not world.distributed or not params:
         return

@@ -7,6 +7,7 @@ test instead of hanging it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 from menus import Interface
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, add_config_arguments, config_from_args
 from rlid.models import load_policy_model
 from rlid.runs.dir import load_trainer_state, read_metrics
 
@@ -272,6 +273,20 @@ def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache, 
         # the KL after the first step stops the loop at the second, on both ranks at once
         assert row["early_stop"] == 1.0
         assert n == 2
+
+
+def test_parallel_option_is_recorded_only_when_changed():
+    # runs written before --parallel existed keep their config (and fingerprint)
+    assert "parallel" not in config().to_dict()
+    assert config(parallel="fsdp").to_dict()["parallel"] == "fsdp"
+    assert TrainConfig.from_dict(config(parallel="fsdp").to_dict()).parallel == "fsdp"
+    with pytest.raises(ValueError, match="choose one of 'ddp', 'fsdp'"):
+        config(parallel="zero3")
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert config_from_args(parser.parse_args(["--parallel", "fsdp"])).parallel == "fsdp"
+    with pytest.raises(ValueError, match="only this process's gradient shard"):
+        config(parallel="fsdp", mixed_precision="fp16", device="cpu")
 
 
 def test_groups_must_divide_among_processes(tmp_path, cache):
