@@ -322,6 +322,12 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
+def _cuda_index(device: torch.device) -> int:
+    """The CUDA device a model on ``device`` lives on (``cuda`` alone: the current one,
+    which :func:`init` set to ``LOCAL_RANK``)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 class Parallel:
     """How a multi-process run's model is wrapped for its update (``--parallel``).
 
@@ -359,7 +365,7 @@ class Parallel:
             with collective("DistributedDataParallel setup"):
                 self._ddp = torch.nn.parallel.DistributedDataParallel(
                     module,
-                    device_ids=[device.index or 0] if device.type == "cuda" else None,
+                    device_ids=[_cuda_index(device)] if device.type == "cuda" else None,
                     broadcast_buffers=False,  # no collective in forward: ranks forward unequally
                     find_unused_parameters=False,
                 )
