@@ -45,6 +45,7 @@ what to do next.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -362,12 +363,19 @@ class Parallel:
         self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
         self._fsdp: list[Any] = []
         if self.mode == "ddp":
+            ddp = torch.nn.parallel.DistributedDataParallel
+            # no buffer broadcast in forward: ranks run unequal numbers of forwards
+            # (torch >= 2.13 names it forward_sync_buffers; buffers still sync at init)
+            known = inspect.signature(ddp.__init__).parameters
+            name = (
+                "forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers"
+            )
             with collective("DistributedDataParallel setup"):
-                self._ddp = torch.nn.parallel.DistributedDataParallel(
+                self._ddp = ddp(
                     module,
                     device_ids=[_cuda_index(device)] if device.type == "cuda" else None,
-                    broadcast_buffers=False,  # no collective in forward: ranks forward unequally
                     find_unused_parameters=False,
+                    **{name: False},  # type: ignore[arg-type]
                 )
             self._ddp.register_comm_hook(None, _sum_hook)
             self.train_module = DDPModel(self._ddp)
