@@ -387,3 +387,19 @@ def test_an_arm_trained_by_two_processes_matches_one_process(tmp_path):
             assert b[name] == pytest.approx(a[name], rel=1e-4, abs=1e-6), name
     assert (tmp_path / "launch" / "two-seed0.json").exists()
     assert "nproc=2" in (tmp_path / "report.md").read_text()
+
+
+def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
+    from rlid.compare.parse import load_compare_config
+    from rlid.config import read_toml
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text("name = \n")
+    with pytest.raises(
+        CompareConfigError, match="comparison config .*broken.toml is not valid TOML"
+    ):
+        load_compare_config(broken)
+    with pytest.raises(ValueError, match="config file .*broken.toml is not valid TOML"):
+        read_toml(broken, "config file")
+    with pytest.raises(FileNotFoundError, match="comparison config .*nope.toml does not exist"):
+        load_compare_config(tmp_path / "nope.toml")

@@ -9,7 +9,6 @@ spends. Each run's ``TrainConfig`` is also built once so its own checks run here
 from __future__ import annotations
 
 import re
-import tomllib
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -26,7 +25,7 @@ from rlid.compare.config import (
     CompareEnv,
     build_train_config,
 )
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, read_toml
 
 TOP_KEYS = (
     "name",
@@ -48,12 +47,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def load_compare_config(path: Path) -> CompareConfig:
     """Read and validate a comparison TOML file (nothing is trained or written)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"comparison config {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise CompareConfigError(f"{path} is not valid TOML: {err}") from None
+    data = read_toml(path, "comparison config", CompareConfigError)
     try:
         return parse_compare_config(data)
     except CompareConfigError as err:
