@@ -394,6 +394,17 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(igroup, Interface, dest_prefix="interface__")
 
 
+def read_toml(path: Path, what: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
+    """A TOML file as a dict; a missing file or a syntax error is a clear ``error``
+    naming ``what`` (e.g. "config file") and the path."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{what} {path} is not valid TOML: {err}") from None
+
+
 def given_values(args: argparse.Namespace) -> dict[str, Any]:
     """The config values given explicitly: TOML file (if any) < flags.
 
@@ -404,13 +415,7 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
 
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
-        path = Path(args.config)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"config file {path} is not valid TOML: {err}") from None
+        data = read_toml(Path(args.config), "config file")
     interface = dict(data.pop("interface", {}) or {})
     env_options = dict(data.pop("env_options", {}) or {})
     data.update(flags_given(args, TrainConfig, skip=_SKIP_FLAGS))

@@ -330,3 +330,76 @@ def test_the_leader_can_change_with_the_currency():
     assert passes["window"] == [20.0, 20.0]
     assert passes["leader_at_end"] == ["B"]  # with 20 forward passes A is still at 0.2
     assert curves["episodes"]["leaders"]["window"] is None  # nobody spends it
+
+
+# ------------------------------------------------------------- selection, processes
+def test_selection_keeps_run_names_and_names_unknown_ones():
+    data = tiny_comparison(
+        envs=[
+            {"name": "a", "id": "keydoor", "options": dict(TINY_ENV)},
+            {"name": "b", "id": "keydoor", "options": dict(TINY_ENV)},
+        ]
+    )
+    compare = parse_compare_config(data)
+    part = compare.select(arms=["decision"], envs=["b"])
+    # the whole comparison's names (env-qualified), so a later full call reuses these runs
+    assert [r.name for r in part.runs()] == ["decision-b-seed0"]
+    assert {r.name for r in compare.runs()} >= {r.name for r in part.runs()}
+    assert part.to_dict()["selected_from_envs"] == ["a", "b"]
+    with pytest.raises(CompareConfigError, match=r"unknown env name\(s\) c; this config has: a, b"):
+        compare.select(envs=["c"])
+    with pytest.raises(CompareConfigError, match="unknown arm"):
+        compare.select(arms=["ppo"])
+
+
+def test_nproc_is_checked_against_the_global_groups():
+    bad = tiny_comparison(arms={"two": {"plane": "decision", "nproc": 0}})
+    with pytest.raises(CompareConfigError, match=r"arms.two.nproc: 0 is not a number"):
+        parse_compare_config(bad)
+    odd = tiny_comparison(arms={"three": {"plane": "decision", "nproc": 3}})  # 2 groups
+    with pytest.raises(CompareConfigError, match="3 processes cannot share groups_per_iter=2"):
+        parse_compare_config(odd)
+    fine = parse_compare_config(tiny_comparison(arms={"two": {"plane": "decision", "nproc": 2}}))
+    assert fine.runs()[0].nproc == 2 and fine.to_dict()["arms"][0]["nproc"] == 2
+    one = parse_compare_config(tiny_comparison(arms={"one": {"plane": "decision"}}))
+    assert "nproc" not in one.to_dict()["arms"][0]  # older comparison.json files stay equal
+
+
+def test_an_arm_trained_by_two_processes_matches_one_process(tmp_path):
+    # the same recipe as one process and as two torchrun processes (gloo): the same
+    # global budget, the same episodes, the same losses to float tolerance
+    data = tiny_comparison(
+        arms={"one": {"plane": "decision"}, "two": {"plane": "decision", "nproc": 2}},
+        references=[],
+    )
+    data["defaults"]["model"] = "tiny-random"  # the processes do not see the tests' recipe
+    data["defaults"]["dist_timeout"] = 60.0
+    compare = parse_compare_config(data)
+    compare_mod.run_comparison(compare, tmp_path, progress=False, say=lambda m: None)
+    one = read_metrics(tmp_path / "runs" / "one-seed0")
+    two = read_metrics(tmp_path / "runs" / "two-seed0")
+    assert len(one) == len(two) >= 2
+    for a, b in zip(one, two):
+        for counter in ("env_steps", "episodes", "decisions", "optimizer_steps"):
+            assert a["budget"][counter] == b["budget"][counter], counter
+        assert (a["return"], a["success"]) == (b["return"], b["success"])  # the same episodes
+        for name in ("policy_loss", "approx_kl", "entropy", "grad_norm"):
+            assert b[name] == pytest.approx(a[name], rel=1e-4, abs=1e-6), name
+    assert (tmp_path / "launch" / "two-seed0.json").exists()
+    assert "nproc=2" in (tmp_path / "report.md").read_text()
+
+
+def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
+    from rlid.compare.parse import load_compare_config
+    from rlid.config import read_toml
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text("name = \n")
+    with pytest.raises(
+        CompareConfigError, match="comparison config .*broken.toml is not valid TOML"
+    ):
+        load_compare_config(broken)
+    with pytest.raises(ValueError, match="config file .*broken.toml is not valid TOML"):
+        read_toml(broken, "config file")
+    with pytest.raises(FileNotFoundError, match="comparison config .*nope.toml does not exist"):
+        load_compare_config(tmp_path / "nope.toml")

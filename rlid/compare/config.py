@@ -95,6 +95,7 @@ class Arm:
     algorithm: str
     options: dict[str, Any]
     interface: Interface
+    nproc: int = 1  # processes per run (torchrun; the budget and groups are global)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class RunSpec:
     seed: int
     name: str
     config: TrainConfig
+    nproc: int = 1
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,7 @@ class CompareConfig:
     # the whole comparison, so a selection reuses and feeds the same run directories
     all_envs: tuple[str, ...] = ()
 
-    def select(
-        self, arms: list[str] | None = None, envs: list[str] | None = None
-    ) -> CompareConfig:
+    def select(self, arms: list[str] | None = None, envs: list[str] | None = None) -> CompareConfig:
         """The same comparison restricted to some arms and/or envs (``rlid compare
         --arms/--envs``): run names, configs and reuse are unchanged, so a selection
         trains part of a large comparison and a later call with more names continues."""
@@ -176,7 +176,7 @@ class CompareConfig:
                 for arm in self.arms:
                     config = build_train_config(self, arm, env, seed)
                     name = self.run_name(arm.name, env.name, seed)
-                    out.append(RunSpec(arm.name, env.name, seed, name, config))
+                    out.append(RunSpec(arm.name, env.name, seed, name, config, arm.nproc))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -205,6 +205,7 @@ class CompareConfig:
                     "algorithm": a.algorithm,
                     "options": dict(a.options),
                     "interface": a.interface.to_dict(),
+                    **({"nproc": a.nproc} if a.nproc != 1 else {}),
                 }
                 for a in self.arms
             ],

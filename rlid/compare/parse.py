@@ -9,7 +9,6 @@ spends. Each run's ``TrainConfig`` is also built once so its own checks run here
 from __future__ import annotations
 
 import re
-import tomllib
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -26,7 +25,7 @@ from rlid.compare.config import (
     CompareEnv,
     build_train_config,
 )
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, read_toml
 
 TOP_KEYS = (
     "name",
@@ -40,7 +39,7 @@ TOP_KEYS = (
     "envs",
     "arms",
 )
-ARM_KEYS = ("plane", "algorithm", "options", "interface")
+ARM_KEYS = ("plane", "algorithm", "options", "interface", "nproc")
 ENV_KEYS = ("name", "id", "options", "train", "heldout")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -48,12 +47,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def load_compare_config(path: Path) -> CompareConfig:
     """Read and validate a comparison TOML file (nothing is trained or written)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"comparison config {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise CompareConfigError(f"{path} is not valid TOML: {err}") from None
+    data = read_toml(path, "comparison config", CompareConfigError)
     try:
         return parse_compare_config(data)
     except CompareConfigError as err:
@@ -88,9 +82,15 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
     for arm in arms:  # every TrainConfig is built once, so its own checks run now
         for env in envs:
             try:
-                build_train_config(compare, arm, env, seeds[0])
+                built = build_train_config(compare, arm, env, seeds[0])
             except (ValueError, TypeError) as err:
                 raise CompareConfigError(f"arms.{arm.name} (env {env.name}): {err}") from None
+            if built.groups_per_iter % arm.nproc:
+                raise CompareConfigError(
+                    f"arms.{arm.name}.nproc: {arm.nproc} processes cannot share "
+                    f"groups_per_iter={built.groups_per_iter} game groups (the global number "
+                    "per iteration); make groups_per_iter a multiple of nproc"
+                )
     return compare
 
 
@@ -263,7 +263,12 @@ def _arms(value: Any, shared: Interface) -> tuple[Arm, ...]:
             )
         options = _train_overrides(table.get("options", {}), f"{where}.options")
         interface = _interface(shared.to_dict(), table.get("interface", {}), f"{where}.interface")
-        out.append(Arm(name, plane, algorithm, options, interface))
+        nproc = table.get("nproc", 1)
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise CompareConfigError(
+                f"{where}.nproc: {nproc!r} is not a number of processes (an integer >= 1)"
+            )
+        out.append(Arm(name, plane, algorithm, options, interface, nproc))
     return tuple(out)
 
 

@@ -131,6 +131,34 @@ def run_comparison(
         return _run_locked(compare, out, progress=progress, say=say)
 
 
+def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -> None:
+    """Train one run with ``run.nproc`` processes under torchrun (one machine, gloo on
+    CPU / nccl on CUDA): the same run directory, budget and groups as one process
+    would use (``rlid.distributed``). The config travels as JSON in ``OUT/launch/``.
+    """
+    import json
+    import subprocess
+    import sys
+
+    spec = "resume"
+    if not resume:
+        path = out / "launch" / f"{run.name}.json"
+        rundir.write_json(path, run.config.to_dict())
+        spec = str(path)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={run.nproc}", "-m", "rlid.compare.launch",
+        str(out / "runs" / run.name), spec, json.dumps(progress),
+    ]  # fmt: skip
+    code = subprocess.run(command, check=False).returncode
+    if code:
+        raise RuntimeError(
+            f"{run.name}: the {run.nproc} training processes exited with code {code} (their "
+            "errors are printed above); the run directory keeps its last checkpoint, so the "
+            "same `rlid compare` command resumes it"
+        )
+
+
 def check_output_dir(out: Path) -> None:
     """``--out`` must be new, empty, or an earlier output of ``rlid compare``."""
     if out.exists() and not out.is_dir():
@@ -171,7 +199,9 @@ def _run_locked(
             say(f"[{i}/{len(runs)}] {run.name}: {verb} ({run.config.plane}, seed {run.seed})")
             start = time.perf_counter()
             try:
-                if state == "started":
+                if run.nproc > 1:
+                    launch_processes(run, out, resume=state == "started", progress=progress)
+                elif state == "started":
                     run_training(None, run_dir, resume=True, progress=progress)
                 else:
                     run_training(run.config, run_dir, resume=False, progress=progress)

@@ -121,7 +121,8 @@ def _arms_section(comp: dict[str, Any]) -> list[str]:
     defaults = ", ".join(f"{k}={v!r}" for k, v in comp["defaults"].items()) or "none"
     rows = []
     for arm in comp["arms"]:
-        opts = ", ".join(f"{k}={v!r}" for k, v in arm["options"].items()) or "-"
+        shown = {**arm["options"], **({"nproc": arm["nproc"]} if "nproc" in arm else {})}
+        opts = ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "-"
         rows.append([arm["name"], arm["plane"], arm["algorithm"], opts])
     lines += _table(["arm", "plane", "algorithm", "options (over the defaults)"], rows)
     lines.append(f"Defaults of every arm: {defaults}.")
