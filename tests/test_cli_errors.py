@@ -21,6 +21,17 @@ TINY = ["--env", "keydoor", "-o", "size=2", "-o", "keys=0", "-o", "distractors=1
         "--eval-episodes", "1", "--threads", "1", "--memory", "none", "--quiet"]  # fmt: skip
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_model_built(tmp_path_factory):
+    # Built before any test reads stderr: the first use of "tiny" in a process prints
+    # a notice and a progress bar, which are not the error line these tests check.
+    from rlid.models import load_policy_model
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+        load_policy_model("tiny")
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
