@@ -395,7 +395,7 @@ def _token_micro_step(
             beta=config.beta,
             normaliser=normaliser.to(device),
         )
-        stepper.backward(loss * weight if weight != 1.0 else loss)
+        stepper.backward(loss, weight)
     budget.forward_passes += 1
     budget.tokens_processed += sum(len(p) + len(c) for p, c in zip(prompts, outputs))
     return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}

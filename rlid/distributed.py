@@ -148,21 +148,23 @@ def collective(what: str) -> Iterator[None]:
 Values = Sequence[float] | torch.Tensor | np.ndarray
 
 
-def all_sum(values: Values, world: World) -> torch.Tensor:
-    """Element-wise sum over ranks, in float64 (exact for counts)."""
+def _all_reduce(values: Values, world: World, op: str) -> torch.Tensor:
+    """Element-wise ``op`` ("sum" or "max") over ranks, in float64 (exact for counts)."""
     tensor = torch.as_tensor(values, dtype=torch.float64).clone()
     if world.distributed:
-        with collective("all_reduce(sum)"):
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        with collective(f"all_reduce({op})"):
+            dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op.upper()))
     return tensor
+
+
+def all_sum(values: Values, world: World) -> torch.Tensor:
+    """Element-wise sum over ranks, in float64 (exact for counts)."""
+    return _all_reduce(values, world, "sum")
 
 
 def all_max(values: Values, world: World) -> torch.Tensor:
-    tensor = torch.as_tensor(values, dtype=torch.float64).clone()
-    if world.distributed:
-        with collective("all_reduce(max)"):
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor
+    """Element-wise maximum over ranks, in float64."""
+    return _all_reduce(values, world, "max")
 
 
 def any_rank(flag: bool, world: World) -> bool:

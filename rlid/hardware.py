@@ -135,7 +135,11 @@ class Stepper:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, weight: float = 1.0) -> None:
+        """Backpropagate ``loss`` (times ``weight``: 0 for a filler step of a wrapped
+        model, which must run its collectives but add nothing)."""
+        if weight != 1.0:
+            loss = loss * weight
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step(self) -> torch.Tensor:

@@ -465,7 +465,7 @@ def _decision_micro_step(
             value_loss = 0.5 * (value - target).pow(2).sum() / normaliser
             loss = loss + config.vf_coef * value_loss
             metrics = {**metrics, "value_loss": value_loss.detach()}
-        stepper.backward(loss * weight if weight != 1.0 else loss)
+        stepper.backward(loss, weight)
     return {**metrics, "loss": loss.detach()}
 
 
