@@ -12,6 +12,13 @@ and the model is trained as a plain causal LM on them. Because the choices are
 uniformly random, the only thing to learn about *which* row to pick is "any
 legal label": the warm model has no preference that solves a game.
 
+``walkthrough_episodes`` (default 0, off) adds, per env, episodes that follow the
+training game's own solution (``info["walkthrough"]``), rendered the same way: the
+model then also sees, on *training* games only (the held-out seed range is never
+played), which row the objective asks for. That is a behaviour-cloning warm start
+(the usual SFT-before-RL recipe), not the default: a model warm-started so knows
+something of the tasks before RL, and results say which warm start they used.
+
 ``rlid pretrain`` caches the result in ``rlid.models.tiny_cache_dir()``;
 ``load_policy_model("tiny")`` then returns it (``model.rlid_origin == "warm"``).
 """
@@ -54,6 +61,12 @@ class PretrainConfig:
     )
     episodes_per_env: int = _f(48, "random-play episodes per env", aliases=("--episodes",))
     max_episode_steps: int = _f(12, "cap per random episode (short: prompts, not solutions)")
+    walkthrough_episodes: int = _f(
+        0,
+        "episodes per env that follow the training game's walkthrough (0: random play only; "
+        "> 0 is a behaviour-cloning warm start)",
+    )
+    walkthrough_max_steps: int = _f(64, "cap per walkthrough episode")
     steps: int = _f(400, "optimizer steps")
     batch_size: int = _f(16, "sequences per step")
     lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
@@ -67,6 +80,12 @@ class PretrainConfig:
         for name in ("episodes_per_env", "max_episode_steps", "steps", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.walkthrough_episodes < 0:
+            raise ValueError(f"walkthrough_episodes must be >= 0, got {self.walkthrough_episodes}")
+        if self.walkthrough_max_steps < 1:
+            raise ValueError(
+                f"walkthrough_max_steps must be >= 1, got {self.walkthrough_max_steps}"
+            )
         if not self.envs:
             raise ValueError("give at least one env id to play")
         for env_id in self.envs:
@@ -76,44 +95,83 @@ class PretrainConfig:
 def random_play_transcripts(
     config: PretrainConfig, tokenizer: Any, interface: Interface | None = None
 ) -> list[str]:
-    """Texts (decision and token-plane transcripts) from uniformly random play."""
+    """Texts (decision and token-plane transcripts) from uniformly random play, followed
+    by walkthrough play when ``config.walkthrough_episodes`` > 0."""
     interface = interface or Interface()
     labels = label_set_for(interface, tokenizer)
     rng = np.random.default_rng(config.seed)
     texts: list[str] = []
     for env_id in config.envs:
         env = envs_pkg.make(env_id, split="train", max_episode_steps=config.max_episode_steps)
-        memory = make_memory(interface.memory, interface.memory_size)
         for episode in range(config.episodes_per_env):
-            obs, info = env.reset(seed=int(rng.integers(2**31 - 1)) + episode)
-            memory.reset()
-            done = False
-            while not done and info["legal_actions"]:
-                memory_text = memory.render() or None
-                legal = info["legal_actions"]
-                if len(legal) > len(labels):
-                    legal = legal[: len(labels)]
-                afterstates = info.get("afterstates")
-                menu = compile_menu(
-                    legal,
-                    afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
-                    memory_text,
-                    labels=labels,
-                    rng=rng,
-                )
-                row = int(rng.integers(len(menu.rows)))
-                label, action = menu.rows[row].label, menu.rows[row].action
-                prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
-                texts.append(prompt + render_decision_target(label, action))
-                token_prompt = render_token_prompt(
-                    obs, info, interface, tokenizer, memory_text,
-                    legal_actions=legal if interface.show_legal_to_token_plane else None,
-                )  # fmt: skip
-                texts.append(token_prompt + command_completion(action))
-                obs, _, terminated, truncated, info = env.step(action)
-                memory.update(obs, action, info)
-                done = terminated or truncated
+            seed = int(rng.integers(2**31 - 1)) + episode
+            texts += _play(env, seed, None, interface, labels, tokenizer, rng)
         env.close()
+    if config.walkthrough_episodes:
+        # Its own stream: the random-play part stays what it was without walkthroughs.
+        rng = np.random.default_rng([config.seed, 1])
+        for env_id in config.envs:
+            env = envs_pkg.make(
+                env_id, split="train", max_episode_steps=config.walkthrough_max_steps
+            )
+            for seed in rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist():
+                texts += _play(env, seed, "walkthrough", interface, labels, tokenizer, rng)
+            env.close()
+    return texts
+
+
+def _play(
+    env: Any,
+    seed: int,
+    guide: str | None,
+    interface: Interface,
+    labels: Any,
+    tokenizer: Any,
+    rng: np.random.Generator,
+) -> list[str]:
+    """One episode's transcripts: uniformly random rows (``guide`` None) or the rows of
+    the game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
+    texts: list[str] = []
+    memory = make_memory(interface.memory, interface.memory_size)
+    obs, info = env.reset(seed=seed)
+    plan = list(info.get("walkthrough") or []) if guide else []
+    if guide and not plan:
+        raise ValueError(f"game seed {seed} reports no walkthrough to follow")
+    done = False
+    while not done and info["legal_actions"]:
+        memory_text = memory.render() or None
+        legal = info["legal_actions"]
+        if len(legal) > len(labels):
+            legal = legal[: len(labels)]
+        afterstates = info.get("afterstates")
+        menu = compile_menu(
+            legal,
+            afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
+            memory_text,
+            labels=labels,
+            rng=rng,
+        )
+        if guide:
+            if not plan:
+                break
+            wanted = plan.pop(0)
+            rows = [i for i, r in enumerate(menu.rows) if r.action == wanted]
+            if not rows:  # the solution's command is not on this menu: stop the episode
+                break
+            row = rows[0]
+        else:
+            row = int(rng.integers(len(menu.rows)))
+        label, action = menu.rows[row].label, menu.rows[row].action
+        prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
+        texts.append(prompt + render_decision_target(label, action))
+        token_prompt = render_token_prompt(
+            obs, info, interface, tokenizer, memory_text,
+            legal_actions=legal if interface.show_legal_to_token_plane else None,
+        )  # fmt: skip
+        texts.append(token_prompt + command_completion(action))
+        obs, _, terminated, truncated, info = env.step(action)
+        memory.update(obs, action, info)
+        done = terminated or truncated
     return texts
 
 

@@ -104,8 +104,34 @@ def test_pretraining_is_deterministic_saves_and_reloads_with_the_same_readout(tm
     assert torch.allclose(ra.logp, rb.logp)
 
 
+def test_walkthrough_episodes_add_the_solution_rows_and_leave_random_play_unchanged():
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=2, max_episode_steps=3)
+    random_only = random_play_transcripts(PretrainConfig(**base), tokenizer)
+    guided = random_play_transcripts(PretrainConfig(**base, walkthrough_episodes=2), tokenizer)
+    assert guided[: len(random_only)] == random_only  # its own random stream
+    extra = guided[len(random_only) :]
+    decision = [t for t in extra if "\nAnswer: " in t]
+    # Replay the walkthrough env the corpus played: every decision picks the row whose
+    # command is the solution's next command, and the label is that row's label.
+    rng = np.random.default_rng([0, 1])
+    env = envs.make("keydoor", split="train", max_episode_steps=64)
+    expected = []
+    for seed in rng.integers(2**31 - 1, size=2).tolist():
+        _, info = env.reset(seed=seed)
+        expected += list(info["walkthrough"])
+    assert len(decision) == len(expected) == len(extra) // 2
+    for text, command in zip(decision, expected):
+        answer = text.rsplit("\nAnswer: ", 1)[1]
+        label, chosen = answer.split("\nCommand: ")
+        assert chosen.strip() == command
+        assert f"\n{label.strip()}) {command}" in text  # the menu row carries that label
+
+
 def test_pretrain_config_rejects_bad_values():
     with pytest.raises(ValueError, match="steps"):
         PretrainConfig(steps=0)
+    with pytest.raises(ValueError, match="walkthrough_episodes"):
+        PretrainConfig(walkthrough_episodes=-1)
     with pytest.raises(ValueError, match="valid ids"):
         PretrainConfig(envs=("nope",))
