@@ -126,6 +126,18 @@ def test_cli_refuses_a_bad_config_before_any_run(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_missing_model_directory_is_refused_before_any_run(tmp_path, capsys):
+    data = tiny_comparison(references=["walkthrough"])
+    data["arms"]["decision"]["options"] = {"model": str(tmp_path / "no-such-model")}
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(data))
+    out = tmp_path / "out"
+    assert cli_main(["compare", "--config", str(path), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "decision-seed0" in err and "no-such-model" in err and "--arms" in err
+    assert not (out / "runs").exists() and not (out / "reference").exists()
+
+
 def test_shipped_example_config_is_valid():
     from rlid.compare.parse import load_compare_config
 

@@ -60,6 +60,20 @@ def check_existing_run(run: RunSpec, run_dir: Path) -> None:
         )
 
 
+def check_model_available(run: RunSpec) -> None:
+    """A run still to train needs its starting model now, not hours into the comparison."""
+    from rlid.models import TINY_NAME, TINY_RANDOM_NAME
+
+    model = run.config.model
+    if model in (TINY_NAME, TINY_RANDOM_NAME) or Path(model).expanduser().is_dir():
+        return
+    raise FileNotFoundError(
+        f"{run.name}: its model directory {model!r} does not exist (relative paths are read "
+        "from the current directory). Build or copy it first (a warm start of your own: "
+        "`rlid pretrain ... --out DIR`), or leave the arm out with --arms"
+    )
+
+
 def heldout_path(out: Path, run: RunSpec) -> Path:
     return out / "heldout" / f"{run.name}.json"
 
@@ -182,6 +196,8 @@ def _run_locked(
         run_dir = out / "runs" / run.name
         states[run.name] = run_state(run_dir)
         check_existing_run(run, run_dir)
+        if states[run.name] != "finished":
+            check_model_available(run)
     rundir.write_json(out / "comparison.json", compare.to_dict())
     ledger_path = out / LEDGER
     ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
