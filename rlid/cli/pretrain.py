@@ -19,8 +19,9 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         return 0
     config = PretrainConfig(**given_values(args, PretrainConfig))
     info = pretrain(config, out=target, progress=not args.quiet)
+    source = "random-play and walkthrough" if config.walkthrough_episodes else "random-play"
     print(
-        f"pretrained on {info['sequences']} random-play sequences in {info['seconds']:.0f}s: "
+        f"pretrained on {info['sequences']} {source} sequences in {info['seconds']:.0f}s: "
         f"loss {info['first_loss']:.2f} -> {info['final_loss']:.2f}; saved to {info['path']}"
     )
     return 0
