@@ -45,8 +45,9 @@ from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
-from rlid.policy import Decision, ValueHead, decision_temperatures, sample_rows
+from rlid.policy import Decision, ValueHead, decision_temperatures, fit_to_context, sample_rows
 from rlid.protocols import CausalLM
+from rlid.readout import context_limit
 
 Norm = ScoreNorm
 
@@ -128,12 +129,19 @@ class ScoringPolicy:
         """One decision per env, all legal actions of all envs scored in one forward."""
         del rng  # rows are scored independently: no order to shuffle
         with self.timers.time("menu"):
-            prompts = [
-                render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
-                for o, i, m in zip(observations, infos, memory_texts)
-            ]
             actions = [list(info["legal_actions"]) for info in infos]
-            encoded = [self.completion_ids(p, legal) for p, legal in zip(prompts, actions)]
+
+            def encode_step(b: int, memory: str | None) -> tuple[list[int], list[list[int]]]:
+                prompt = render_token_prompt(
+                    observations[b], infos[b], self.interface, self.tokenizer,
+                    memory_text=memory,
+                )  # fmt: skip
+                return self.completion_ids(prompt, actions[b])
+
+            encoded, memory_texts = fit_to_context(
+                encode_step, memory_texts, context_limit(self.model), self.interface,
+                self.budget, length=lambda e: len(e[0]) + max(map(len, e[1]), default=0),
+            )  # fmt: skip
             prompt_ids = [ids for ids, _ in encoded]
             completions = [conts for _, conts in encoded]
             menus = [

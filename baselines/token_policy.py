@@ -36,7 +36,8 @@ from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
-from rlid.policy import chunks
+from rlid.policy import chunks, fit_to_context
+from rlid.readout import context_limit
 
 
 @dataclass
@@ -100,11 +101,15 @@ class TokenPolicy:
     def prompt_ids(
         self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
     ) -> list[list[int]]:
-        prompts = [
-            render_token_prompt(o, i, self.interface, self.tokenizer, memory_text=m)
-            for o, i, m in zip(observations, infos, memory_texts)
-        ]
-        return [encode_prompt(self.tokenizer, p) for p in prompts]
+        def encode_step(b: int, memory: str | None) -> list[int]:
+            prompt = render_token_prompt(
+                observations[b], infos[b], self.interface, self.tokenizer, memory_text=memory
+            )
+            return encode_prompt(self.tokenizer, prompt)
+
+        limit = context_limit(self.model)  # the completion needs room after the prompt
+        room = None if limit is None else limit - self.max_new_tokens
+        return fit_to_context(encode_step, memory_texts, room, self.interface, self.budget)[0]
 
     def act(
         self,

@@ -26,6 +26,7 @@ from menus.menu import OVERFLOW_POLICIES
 MemoryKind = Literal["none", "last_k", "structured"]
 Template = Literal["auto", "plain", "chat"]
 TEMPLATES: tuple[str, ...] = ("auto", "plain", "chat")
+LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "drop_memory")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,13 @@ class Interface:
     in both planes' prompts, so the policy and value can tell how much time remains
     (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off by default: runs
     recorded before the field existed saw no such line."""
+
+    long_prompts: Literal["error", "drop_memory"] = "drop_memory"
+    """A prompt longer than the model's context (``max_position_embeddings``, less the
+    room the plane's continuation needs): ``"drop_memory"`` renders that one step
+    without its memory line (counted in the run's ``shortened_prompts``) and raises
+    only if it is still too long; ``"error"`` raises at once. Prompts that fit are
+    never changed, so runs recorded before the field existed are unaffected."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -102,6 +110,11 @@ class Interface:
         if self.overflow not in OVERFLOW_POLICIES:
             raise ValueError(
                 f"Interface.overflow must be one of {OVERFLOW_POLICIES}, got {self.overflow!r}"
+            )
+        if self.long_prompts not in LONG_PROMPT_POLICIES:
+            raise ValueError(
+                f"Interface.long_prompts must be one of {LONG_PROMPT_POLICIES}, "
+                f"got {self.long_prompts!r}"
             )
         if not _is_int(self.max_obs_chars) or self.max_obs_chars < 20:
             raise ValueError(

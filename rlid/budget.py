@@ -43,6 +43,7 @@ class Budget:
     generated_tokens: int = 0
     filtered_samples: int = 0
     invalid_actions: int = 0
+    shortened_prompts: int = 0  # steps rendered without memory to fit the model's context
     optimizer_steps: int = 0
     wall_time: float = 0.0
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -31,7 +31,15 @@ from menus.prompt import label_context, render_decision_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
 from rlid.protocols import CausalLM
-from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
+from rlid.readout import (
+    context_limit,
+    left_pad_ids,
+    model_vocab_size,
+    pad_label_ids,
+    readout_from_ids,
+)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -81,6 +89,32 @@ def sample_rows(logp: torch.Tensor, *, generator: torch.Generator, greedy: bool)
     probs = torch.softmax(logp, dim=-1)  # (B, K); padded rows get 0
     rows = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)
     return rows.to(logp.device)
+
+
+def fit_to_context(
+    encode_step: Callable[[int, str | None], T],
+    memory_texts: list[str | None],
+    limit: int | None,
+    interface: Interface,
+    budget: Budget,
+    length: Callable[[T], int] = len,  # type: ignore[assignment]
+) -> tuple[list[T], list[str | None]]:
+    """Each step's encoded prompt, ``encode_step(b, memory_text)``; a step whose
+    ``length`` exceeds ``limit`` is encoded again without its memory line when
+    ``interface.long_prompts == "drop_memory"`` (counted in ``budget.shortened_prompts``).
+    Returns the encodings and the memory text each one used (None where dropped).
+    A step still too long is left for the model call to refuse with its length."""
+    encoded: list[T] = []
+    used: list[str | None] = []
+    for b, memory in enumerate(memory_texts):
+        step = encode_step(b, memory)
+        too_long = limit is not None and length(step) > limit
+        if too_long and memory is not None and interface.long_prompts == "drop_memory":
+            step, memory = encode_step(b, None), None
+            budget.shortened_prompts += 1
+        encoded.append(step)
+        used.append(memory)
+    return encoded, used
 
 
 def chunks(count: int, size: int | None) -> list[slice]:
@@ -165,11 +199,22 @@ class DecisionPolicy:
                 menu_for_step(i, self.interface, self.labels, m, rng)
                 for i, m in zip(infos, memory_texts)
             ]
-            prompts = [
-                render_decision_prompt(o, i, menu, self.interface, self.tokenizer, memory_text=m)
-                for o, i, menu, m in zip(observations, infos, menus, memory_texts)
+
+            def encode_step(b: int, memory: str | None) -> list[int]:
+                menu = menus[b] if memory is not None else replace(menus[b], memory=None)
+                prompt = render_decision_prompt(
+                    observations[b], infos[b], menu, self.interface, self.tokenizer,
+                    memory_text=memory,
+                )  # fmt: skip
+                return encode_prompt(self.tokenizer, prompt)
+
+            prompt_ids, used = fit_to_context(
+                encode_step, memory_texts, context_limit(self.model), self.interface, self.budget
+            )
+            menus = [
+                menu if m is not None or menu.memory is None else replace(menu, memory=None)
+                for menu, m in zip(menus, used)
             ]
-            prompt_ids = [encode_prompt(self.tokenizer, p) for p in prompts]
             label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
         with self.timers.time("forward"), torch.no_grad():
             parts = [

@@ -204,7 +204,7 @@ def readout_from_ids(
     if valid_ids.numel() and (valid_ids.min() < 0 or valid_ids.max() >= vocab_size):
         raise ValueError(f"label ids must lie in [0, {vocab_size}) for this model")
     lengths = attention_mask.sum(-1)  # (B,)
-    max_positions = getattr(model.config, "max_position_embeddings", None)
+    max_positions = context_limit(model)
     if max_positions is not None and int(lengths.max()) > max_positions:
         raise ValueError(
             f"a prompt has {int(lengths.max())} tokens, more than the model's "
@@ -287,6 +287,12 @@ def capture_final_hidden(model: torch.nn.Module, enabled: bool = True) -> Iterat
         yield captured
     finally:
         handle.remove()
+
+
+def context_limit(model: Any) -> int | None:
+    """The longest sequence ``model`` takes (``config.max_position_embeddings``), or None."""
+    value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(value) if value is not None else None
 
 
 def model_vocab_size(model: CausalLM) -> int:

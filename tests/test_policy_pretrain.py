@@ -135,3 +135,69 @@ def test_pretrain_config_rejects_bad_values():
         PretrainConfig(walkthrough_episodes=-1)
     with pytest.raises(ValueError, match="valid ids"):
         PretrainConfig(envs=("nope",))
+
+
+def _limited_model(tokenizer, limit: int):
+    model = build_tiny_model(tokenizer, seed=1)
+    model.config.max_position_embeddings = limit  # a short context (RoPE runs past it)
+    return model
+
+
+def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
+    from dataclasses import replace
+
+    from baselines.scoring import ScoringPolicy
+    from baselines.token_policy import TokenPolicy
+    from menus.prompt import render_decision_prompt, render_token_prompt
+    from menus.tokens import encode_prompt
+
+    tokenizer = build_tiny_tokenizer()
+    observations, infos = _batch(2)
+    memory = "You went east. " * 30  # a long memory line on the first step only
+    memories = [memory, None]
+    interface = Interface(shuffle=False)
+    kw = dict(rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+    # The decision prompt without memory: the limit sits between it and the one with memory.
+    plain = DecisionPolicy(build_tiny_model(tokenizer, seed=1), tokenizer, interface)
+    full = plain.act(observations, infos, memories, **kw)
+    assert plain.budget.shortened_prompts == 0  # the tiny model's 1024 positions suffice
+    short_menu = replace(full[0].menu, memory=None)
+    short = encode_prompt(
+        tokenizer, render_decision_prompt(observations[0], infos[0], short_menu, interface,
+                                          tokenizer, memory_text=None),
+    )  # fmt: skip
+    assert len(short) < len(full[0].prompt_ids)
+    limit = max(len(short), len(full[1].prompt_ids)) + 1
+
+    policy = DecisionPolicy(_limited_model(tokenizer, limit), tokenizer, interface)
+    decisions = policy.act(observations, infos, memories, **kw)
+    assert policy.budget.shortened_prompts == 1
+    assert decisions[0].prompt_ids == short and decisions[0].menu.memory is None
+    assert decisions[1].prompt_ids == full[1].prompt_ids  # a prompt that fits is unchanged
+    logp_all, _, _ = policy.score(decisions)  # the update re-scores the prompt it acted on
+    assert logp_all[0, decisions[0].chosen].item() == pytest.approx(decisions[0].logp, abs=1e-5)
+
+    strict = replace(interface, long_prompts="error")
+    with pytest.raises(ValueError, match="more than the model's max_position_embeddings"):
+        DecisionPolicy(_limited_model(tokenizer, limit), tokenizer, strict).act(
+            observations, infos, memories, **kw
+        )
+
+    # The token plane keeps room for its completion; the scoring plane for the longest action.
+    token_short = encode_prompt(
+        tokenizer, render_token_prompt(observations[0], infos[0], interface, tokenizer)
+    )
+    token = TokenPolicy(
+        _limited_model(tokenizer, len(token_short) + 4 + 2), tokenizer, interface,
+        max_new_tokens=4,
+    )  # fmt: skip
+    ids = token.prompt_ids(observations[:1], infos[:1], memories[:1])
+    assert ids == [token_short] and token.budget.shortened_prompts == 1
+    scoring = ScoringPolicy(_limited_model(tokenizer, len(token_short) + 12), tokenizer, interface)
+    scored = scoring.act(observations[:1], infos[:1], memories[:1], **kw)
+    assert scored[0].prompt_ids == token_short and scoring.budget.shortened_prompts == 1
+
+
+def test_interface_long_prompts_is_checked():
+    with pytest.raises(ValueError, match="long_prompts"):
+        Interface(long_prompts="truncate")
