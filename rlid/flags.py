@@ -23,7 +23,12 @@ a TOML file; its few flags are not config fields.)
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
+import inspect
+import re
+import textwrap
 import types
 import typing
 from typing import Any, Literal, get_args
@@ -60,6 +65,32 @@ def _from_hint(hint: Any) -> dict[str, Any]:
     return {"type": hint}
 
 
+@functools.cache
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Field -> first sentence of its attribute docstring (the string literal right
+    after the field in the class body, as ``menus.Interface`` documents its fields)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for node, after in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            text = " ".join(after.value.value.split()).replace("``", "")
+            first = re.split(r"(?<=[a-z)])\.\s+(?=[A-Z])", text)[0]
+            docs[node.target.id] = (
+                first[:-1] if first.endswith(".") and not first.endswith("..") else first
+            )
+    return docs
+
+
 def _shown(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
@@ -94,7 +125,8 @@ def add_dataclass_arguments(
             *names,
             dest=dest_prefix + f.name,
             default=None,
-            help=f"{meta.get('help', f.name)} (default: {_shown(default)})".replace("%", "%%"),
+            help=f"{meta.get('help') or attribute_docs(cls).get(f.name, f.name)} "
+            f"(default: {_shown(default)})".replace("%", "%%"),
             **kwargs,
         )
 

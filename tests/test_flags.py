@@ -38,6 +38,21 @@ def test_every_field_is_a_flag_with_its_default_in_the_help(command, cls, skip):
             continue
         action = flags["--" + f.name.replace("_", "-")]
         assert action.default is None and "(default: " in action.help, f.name
+        # a sentence, not the bare field name (Interface: from its attribute docstrings)
+        assert not action.help.startswith(f"{f.name} (default"), f.name
+
+
+def test_interface_help_is_the_first_sentence_of_each_attribute_docstring():
+    from rlid.flags import attribute_docs
+
+    docs = attribute_docs(Interface)
+    assert set(docs) == {f.name for f in dataclasses.fields(Interface)}
+    assert docs["shuffle"] == (
+        "Shuffle menu rows every step (against label-position bias); the permutation is kept"
+    )
+    assert docs["steps_left"].endswith(
+        '(Pardo et al. 2018, "Time Limits in Reinforcement Learning")'
+    )
 
 
 def test_given_values_types_and_defaults_from_the_dataclass():
