@@ -127,8 +127,14 @@ class Interface:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable field -> value mapping."""
-        return asdict(self)
+        """JSON-serialisable field -> value mapping. Fields added after run directories
+        already recorded interfaces (``long_prompts``) appear only when changed, so those
+        records (and the config fingerprints over them) stay identical and resumable."""
+        out = asdict(self)
+        for name in _RECORDED_WHEN_CHANGED:
+            if out[name] == self.__dataclass_fields__[name].default:
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interface:
@@ -148,6 +154,9 @@ class Interface:
             for f in fields(self)
             if getattr(self, f.name) != getattr(other, f.name)
         }
+
+
+_RECORDED_WHEN_CHANGED = ("long_prompts",)
 
 
 def _is_int(value: Any) -> bool:

@@ -198,6 +198,13 @@ def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
     assert scored[0].prompt_ids == token_short and scoring.budget.shortened_prompts == 1
 
 
-def test_interface_long_prompts_is_checked():
+def test_interface_long_prompts_is_checked_and_recorded_only_when_changed():
+    from rlid.config import TrainConfig
+
     with pytest.raises(ValueError, match="long_prompts"):
         Interface(long_prompts="truncate")
+    # run directories written before the field existed keep their config and fingerprint
+    assert "long_prompts" not in TrainConfig().to_dict()["interface"]
+    strict = TrainConfig(interface=Interface(long_prompts="error"))
+    assert strict.to_dict()["interface"]["long_prompts"] == "error"
+    assert TrainConfig.from_dict(strict.to_dict()) == strict
