@@ -131,9 +131,11 @@ class ScoringPolicy:
         with self.timers.time("menu"):
             actions = [list(info["legal_actions"]) for info in infos]
 
-            def encode_step(b: int, memory: str | None) -> tuple[list[int], list[list[int]]]:
+            def encode_step(
+                b: int, memory: str | None, interface: Interface
+            ) -> tuple[list[int], list[list[int]]]:
                 prompt = render_token_prompt(
-                    observations[b], infos[b], self.interface, self.tokenizer,
+                    observations[b], infos[b], interface, self.tokenizer,
                     memory_text=memory,
                 )  # fmt: skip
                 return self.completion_ids(prompt, actions[b])

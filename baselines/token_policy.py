@@ -101,9 +101,9 @@ class TokenPolicy:
     def prompt_ids(
         self, observations: list[str], infos: list[dict[str, Any]], memory_texts: list[str | None]
     ) -> list[list[int]]:
-        def encode_step(b: int, memory: str | None) -> list[int]:
+        def encode_step(b: int, memory: str | None, interface: Interface) -> list[int]:
             prompt = render_token_prompt(
-                observations[b], infos[b], self.interface, self.tokenizer, memory_text=memory
+                observations[b], infos[b], interface, self.tokenizer, memory_text=memory
             )
             return encode_prompt(self.tokenizer, prompt)
 

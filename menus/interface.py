@@ -26,7 +26,7 @@ from menus.menu import OVERFLOW_POLICIES
 MemoryKind = Literal["none", "last_k", "structured"]
 Template = Literal["auto", "plain", "chat"]
 TEMPLATES: tuple[str, ...] = ("auto", "plain", "chat")
-LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "drop_memory")
+LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "shorten")
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,13 @@ class Interface:
     (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off by default: runs
     recorded before the field existed saw no such line."""
 
-    long_prompts: Literal["error", "drop_memory"] = "drop_memory"
+    long_prompts: Literal["error", "shorten"] = "shorten"
     """A prompt longer than the model's context (``max_position_embeddings``, less the
-    room the plane's continuation needs): ``"drop_memory"`` renders that one step
-    without its memory line (counted in the run's ``shortened_prompts``) and raises
-    only if it is still too long; ``"error"`` raises at once. Prompts that fit are
-    never changed, so runs recorded before the field existed are unaffected."""
+    room the plane's continuation needs): ``"shorten"`` renders that one step without
+    its memory line, then also without the observation, until it fits (counted in the
+    run's ``shortened_prompts``; still too long: an error); ``"error"`` raises at once.
+    Prompts that fit are never changed, so runs recorded before the field existed are
+    unaffected."""
 
     def __post_init__(self) -> None:
         for name in (

@@ -92,26 +92,33 @@ def sample_rows(logp: torch.Tensor, *, generator: torch.Generator, greedy: bool)
 
 
 def fit_to_context(
-    encode_step: Callable[[int, str | None], T],
+    encode_step: Callable[[int, str | None, Interface], T],
     memory_texts: list[str | None],
     limit: int | None,
     interface: Interface,
     budget: Budget,
     length: Callable[[T], int] = len,  # type: ignore[assignment]
 ) -> tuple[list[T], list[str | None]]:
-    """Each step's encoded prompt, ``encode_step(b, memory_text)``; a step whose
-    ``length`` exceeds ``limit`` is encoded again without its memory line when
-    ``interface.long_prompts == "drop_memory"`` (counted in ``budget.shortened_prompts``).
-    Returns the encodings and the memory text each one used (None where dropped).
-    A step still too long is left for the model call to refuse with its length."""
+    """Each step's encoded prompt, ``encode_step(b, memory_text, interface)``.
+
+    With ``interface.long_prompts == "shorten"`` a step whose ``length`` exceeds
+    ``limit`` is encoded again without its memory line, then also without the
+    observation (``observation=False``), stopping at the first that fits; each
+    shortened step is counted in ``budget.shortened_prompts``. Returns the encodings
+    and the memory text each one used (None where dropped). A step still too long is
+    left for the model call to refuse with its length.
+    """
+    no_observation = replace(interface, observation=False)
     encoded: list[T] = []
     used: list[str | None] = []
     for b, memory in enumerate(memory_texts):
-        step = encode_step(b, memory)
-        too_long = limit is not None and length(step) > limit
-        if too_long and memory is not None and interface.long_prompts == "drop_memory":
-            step, memory = encode_step(b, None), None
+        step = encode_step(b, memory, interface)
+        if limit is not None and length(step) > limit and interface.long_prompts == "shorten":
             budget.shortened_prompts += 1
+            memory = None
+            step = encode_step(b, None, interface)
+            if length(step) > limit and interface.observation:
+                step = encode_step(b, None, no_observation)
         encoded.append(step)
         used.append(memory)
     return encoded, used
@@ -200,10 +207,10 @@ class DecisionPolicy:
                 for i, m in zip(infos, memory_texts)
             ]
 
-            def encode_step(b: int, memory: str | None) -> list[int]:
+            def encode_step(b: int, memory: str | None, interface: Interface) -> list[int]:
                 menu = menus[b] if memory is not None else replace(menus[b], memory=None)
                 prompt = render_decision_prompt(
-                    observations[b], infos[b], menu, self.interface, self.tokenizer,
+                    observations[b], infos[b], menu, interface, self.tokenizer,
                     memory_text=memory,
                 )  # fmt: skip
                 return encode_prompt(self.tokenizer, prompt)

@@ -208,7 +208,9 @@ def readout_from_ids(
     if max_positions is not None and int(lengths.max()) > max_positions:
         raise ValueError(
             f"a prompt has {int(lengths.max())} tokens, more than the model's "
-            f"max_position_embeddings={max_positions}; shorten the prompt (e.g. less memory)"
+            f"max_position_embeddings={max_positions}; shorten it (less memory, a lower "
+            "--max-obs-chars, --afterstates false, fewer legal actions) or use a model with a "
+            "longer context"
         )
 
     # Left padding: the first real token of every row gets position 0.

@@ -177,6 +177,16 @@ def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
     logp_all, _, _ = policy.score(decisions)  # the update re-scores the prompt it acted on
     assert logp_all[0, decisions[0].chosen].item() == pytest.approx(decisions[0].logp, abs=1e-5)
 
+    # Still too long without memory: the observation goes too (the menu always stays).
+    bare = encode_prompt(
+        tokenizer, render_decision_prompt(observations[0], infos[0], short_menu,
+                                          replace(interface, observation=False), tokenizer),
+    )  # fmt: skip
+    assert len(bare) < len(short)
+    tight = DecisionPolicy(_limited_model(tokenizer, len(bare) + 1), tokenizer, interface)
+    decisions = tight.act(observations[:1], infos[:1], memories[:1], **kw)
+    assert decisions[0].prompt_ids == bare and tight.budget.shortened_prompts == 1
+
     strict = replace(interface, long_prompts="error")
     with pytest.raises(ValueError, match="more than the model's max_position_embeddings"):
         DecisionPolicy(_limited_model(tokenizer, limit), tokenizer, strict).act(
