@@ -67,6 +67,11 @@ class PretrainConfig:
         "> 0 is a behaviour-cloning warm start)",
     )
     walkthrough_max_steps: int = _f(64, "cap per walkthrough episode")
+    random_answers: bool = _f(
+        True,
+        "also train on the random-play choices (false: on their prompts only, so every "
+        "answer the model is trained on is a walkthrough's)",
+    )
     steps: int = _f(400, "optimizer steps")
     batch_size: int = _f(16, "sequences per step")
     lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
@@ -92,15 +97,32 @@ class PretrainConfig:
             envs_pkg.get_spec(env_id)  # unknown ids fail listing the valid ones
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """One training sequence: ``prompt + answer``; ``guided``: the answer is the
+    walkthrough's choice (else a uniformly random one)."""
+
+    prompt: str
+    answer: str
+    guided: bool
+
+
 def random_play_transcripts(
     config: PretrainConfig, tokenizer: Any, interface: Interface | None = None
 ) -> list[str]:
     """Texts (decision and token-plane transcripts) from uniformly random play, followed
     by walkthrough play when ``config.walkthrough_episodes`` > 0."""
+    return [t.prompt + t.answer for t in transcripts(config, tokenizer, interface)]
+
+
+def transcripts(
+    config: PretrainConfig, tokenizer: Any, interface: Interface | None = None
+) -> list[Transcript]:
+    """The corpus of :func:`random_play_transcripts`, each sequence split at its answer."""
     interface = interface or Interface()
     labels = label_set_for(interface, tokenizer)
     rng = np.random.default_rng(config.seed)
-    texts: list[str] = []
+    texts: list[Transcript] = []
     for env_id in config.envs:
         env = envs_pkg.make(env_id, split="train", max_episode_steps=config.max_episode_steps)
         for episode in range(config.episodes_per_env):
@@ -128,10 +150,10 @@ def _play(
     labels: Any,
     tokenizer: Any,
     rng: np.random.Generator,
-) -> list[str]:
+) -> list[Transcript]:
     """One episode's transcripts: uniformly random rows (``guide`` None) or the rows of
     the game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
-    texts: list[str] = []
+    texts: list[Transcript] = []
     memory = make_memory(interface.memory, interface.memory_size)
     obs, info = env.reset(seed=seed)
     plan = list(info.get("walkthrough") or []) if guide else []
@@ -163,16 +185,37 @@ def _play(
             row = int(rng.integers(len(menu.rows)))
         label, action = menu.rows[row].label, menu.rows[row].action
         prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
-        texts.append(prompt + render_decision_target(label, action))
+        texts.append(Transcript(prompt, render_decision_target(label, action), bool(guide)))
         token_prompt = render_token_prompt(
             obs, info, interface, tokenizer, memory_text,
             legal_actions=legal if interface.show_legal_to_token_plane else None,
         )  # fmt: skip
-        texts.append(token_prompt + command_completion(action))
+        texts.append(Transcript(token_prompt, command_completion(action), bool(guide)))
         obs, _, terminated, truncated, info = env.step(action)
         memory.update(obs, action, info)
         done = terminated or truncated
     return texts
+
+
+def training_sequences(config: PretrainConfig, tokenizer: Any) -> list[tuple[list[int], int]]:
+    """The corpus as ``(token ids + EOS, stop)`` pairs: the loss covers positions
+    ``< stop`` (all of them, or with ``random_answers`` off a random-play sequence's
+    prompt only, up to where its answer starts). Sequences over ``max_tokens`` are
+    dropped."""
+    eos = tokenizer.eos_token_id
+    seqs: list[tuple[list[int], int]] = []
+    for t in transcripts(config, tokenizer):
+        ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
+        if len(ids) > config.max_tokens:
+            continue
+        stop = len(ids)
+        if not (t.guided or config.random_answers):
+            prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False)
+            stop = next(
+                (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
+            )
+        seqs.append((ids, stop))
+    return seqs
 
 
 def pretrain(
@@ -187,10 +230,7 @@ def pretrain(
     torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
     tokenizer = build_tiny_tokenizer()
-    texts = random_play_transcripts(config, tokenizer)
-    eos = tokenizer.eos_token_id
-    seqs = [tokenizer.encode(t, add_special_tokens=False) + [eos] for t in texts]
-    seqs = [s for s in seqs if len(s) <= config.max_tokens]
+    seqs = training_sequences(config, tokenizer)
     if not seqs:
         raise ValueError("no transcript fits max_tokens; raise --max-tokens")
     model = build_tiny_model(tokenizer, seed=config.seed)
@@ -207,13 +247,15 @@ def pretrain(
     for _ in bar:
         idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
         batch = [seqs[i] for i in idx]
-        t_max = max(len(s) for s in batch)
+        t_max = max(len(s) for s, _ in batch)
         input_ids = torch.full((len(batch), t_max), pad, dtype=torch.long)  # (B, T) right-padded
         attention = torch.zeros((len(batch), t_max), dtype=torch.long)
-        for b, s in enumerate(batch):
+        trained = torch.zeros((len(batch), t_max), dtype=torch.bool)  # (B, T) in the loss
+        for b, (s, stop) in enumerate(batch):
             input_ids[b, : len(s)] = torch.tensor(s)
             attention[b, : len(s)] = 1
-        labels = input_ids.masked_fill(attention == 0, -100)
+            trained[b, :stop] = True
+        labels = input_ids.masked_fill(~trained, -100)
         out_ = model(input_ids=input_ids, attention_mask=attention, labels=labels)
         optimizer.zero_grad(set_to_none=True)
         out_.loss.backward()

@@ -128,6 +128,26 @@ def test_walkthrough_episodes_add_the_solution_rows_and_leave_random_play_unchan
         assert f"\n{label.strip()}) {command}" in text  # the menu row carries that label
 
 
+def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_only():
+    from rlid.pretrain import training_sequences, transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, walkthrough_episodes=1)
+    corpus = transcripts(PretrainConfig(**base), tokenizer)
+    every = training_sequences(PretrainConfig(**base), tokenizer)
+    assert all(stop == len(ids) for ids, stop in every)  # the default: every token trained
+    masked = training_sequences(PretrainConfig(**base, random_answers=False), tokenizer)
+    assert [ids for ids, _ in masked] == [ids for ids, _ in every]
+    assert any(t.guided for t in corpus) and any(not t.guided for t in corpus)
+    for t, (ids, stop) in zip(corpus, masked):
+        if t.guided:
+            assert stop == len(ids)
+        else:  # the loss stops where the random answer starts: " B\nCommand: ..." untrained
+            assert stop == len(tokenizer.encode(t.prompt, add_special_tokens=False))
+            answer = tokenizer.decode(ids[stop:-1])
+            assert answer.strip() and answer.strip() in t.answer
+
+
 def test_pretrain_config_rejects_bad_values():
     with pytest.raises(ValueError, match="steps"):
         PretrainConfig(steps=0)
