@@ -418,3 +418,19 @@ def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
         read_toml(broken, "config file")
     with pytest.raises(FileNotFoundError, match="comparison config .*nope.toml does not exist"):
         load_compare_config(tmp_path / "nope.toml")
+
+
+def test_the_report_counts_training_prompts_shortened_to_fit_the_context():
+    from rlid.budget import Budget
+    from rlid.compare.report import summarise_arm
+
+    def run(seed, shortened):
+        budget = Budget(env_steps=200, decisions=200, shortened_prompts=shortened).to_dict()
+        stats = {"success": 0.5, "return": 1.0, "normalized_score": 0.5,
+                 "episode_length": 4.0, "invalid_rate": 0.0}  # fmt: skip
+        return {"seed": seed, "heldout": {"before": stats, "after": stats},
+                "final_budget": budget, "rows": [], "iterations": 1}  # fmt: skip
+
+    summary = summarise_arm([run(0, 10), run(1, 30)])
+    assert summary["invalid"]["train_shortened_rate"] == pytest.approx(40 / 400)
+    assert summarise_arm([run(0, 0)])["invalid"]["train_shortened_rate"] == 0.0

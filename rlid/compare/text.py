@@ -269,14 +269,19 @@ def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
     lines = [f"## Invalid actions: {env_name}", ""]
     rows = [[arm, _num(s["invalid"]["train_invalid_rate"], 3),
              _num(s["invalid"]["train_unparsed_rate"], 3),
-             _iv(s["invalid"]["heldout_invalid_rate"])] for arm, s in arms.items()]  # fmt: skip
+             _iv(s["invalid"]["heldout_invalid_rate"]),
+             _num(s["invalid"].get("train_shortened_rate"), 3)]
+            for arm, s in arms.items()]  # fmt: skip
     lines += _table(
-        ["arm", "training invalid-action rate", "training unparsed rate", "held-out invalid rate"],
+        ["arm", "training invalid-action rate", "training unparsed rate", "held-out invalid rate",
+         "training prompts shortened"],
         rows,
-    )
+    )  # fmt: skip
     lines.append(
         "Menu arms choose among legal rows, so their rate is 0 by construction; a token-plane "
-        "command that does not parse to a legal action is a no-op step."
+        "command that does not parse to a legal action is a no-op step. Shortened: the share "
+        "of training steps whose prompt lost its memory (or observation) to fit the model's "
+        "context (`Interface.long_prompts`)."
     )
     lines += ["", f"## Generated vs used samples: {env_name}", ""]
     rows = [[arm, _num(s["samples"]["generated_samples"], 1), _num(s["samples"]["used_samples"], 1),
