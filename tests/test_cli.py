@@ -79,3 +79,22 @@ def test_play_accepts_labels_and_quits():
 
 def test_format_menu_without_afterstates():
     assert format_menu(["go east", "look"], None) == "  A) go east\n  B) look"
+
+
+def test_pretrain_builds_a_guided_warm_start_usable_as_a_model_dir(tmp_path, capsys):
+    import json
+
+    from rlid.models import load_policy_model
+
+    out = tmp_path / "guided"
+    code = main([
+        "pretrain", "--envs", "keydoor", "--episodes", "1", "--max-episode-steps", "2",
+        "--walkthrough-episodes", "1", "--random-answers", "false", "--steps", "2",
+        "--batch-size", "2", "--threads", "1", "--quiet", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    assert "random-play and walkthrough sequences" in capsys.readouterr().out
+    recorded = json.loads((out / "pretrain.json").read_text())["config"]
+    assert recorded["walkthrough_episodes"] == 1 and recorded["random_answers"] is False
+    model, _ = load_policy_model(str(out))
+    assert model.rlid_origin == "local"
