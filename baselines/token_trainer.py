@@ -76,9 +76,7 @@ from rlid.trainer import (
     iteration_rngs,
     make_envs,
     make_reset_seeds,
-    micro_plan,
     play_groups,
-    reduce_unwrapped,
     reference_model,
     setup_hardware,
 )
@@ -286,6 +284,7 @@ def token_update(
     """
     params = [p for p in model.parameters() if p.requires_grad]
     owner = np.arange(len(completions)) if owner is None else owner
+    parallel = parallel if parallel is not None else dist_.Parallel.unwrapped(world)
     held = owner >= 0
     # tokens and advantage signal of every global completion, known on every rank
     lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
@@ -316,7 +315,7 @@ def token_update(
                 idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 parts: list[tuple[float, dict[str, float]]] = []
-                for part, context in micro_plan(parallel, chunks(len(idx), micro)):
+                for part, context in parallel.micro_plan(chunks(len(idx), micro)):
                     if part is None:  # a filler step: keeps the wrapper's collectives matched
                         batch = [completions[0] if completions else filler]
                         with context:
@@ -335,7 +334,7 @@ def token_update(
                         )  # fmt: skip
                     parts.append((len(sub) / len(chosen), metrics))
                 with timers.time("backward"):
-                    reduce_unwrapped(parallel, params, world)
+                    parallel.reduce_rest(params)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
                 everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]

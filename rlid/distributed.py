@@ -401,6 +401,12 @@ class Parallel:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._gather()
 
+    @classmethod
+    def unwrapped(cls, world: World) -> Parallel:
+        """No wrapper (direct ``ppo_update`` / ``token_update`` calls): micro-steps run
+        as they are and :meth:`reduce_rest` sums every gradient over ``world``."""
+        return cls(torch.nn.Module(), world, "none", torch.device("cpu"))
+
     @property
     def wrapped(self) -> bool:
         return self.mode != "none"

@@ -19,7 +19,6 @@ update -> logging/checkpoint. Departures from textbook PPO, and why:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -313,6 +312,7 @@ def ppo_update(
     slice is moved to the model's device once.
     """
     owner = np.arange(len(decisions)) if owner is None else owner
+    parallel = parallel if parallel is not None else dist_.Parallel.unwrapped(world)
     held = owner >= 0
     # which global decisions carry advantage signal (a minibatch without any is skipped)
     flags = np.zeros(len(owner))
@@ -345,7 +345,7 @@ def ppo_update(
                 idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
-                for part, context in micro_plan(parallel, chunks(len(idx), micro)):
+                for part, context in parallel.micro_plan(chunks(len(idx), micro)):
                     # a filler step (part None) keeps the wrapper's collectives matched
                     with context:
                         metrics = _decision_micro_step(
@@ -357,7 +357,7 @@ def ppo_update(
                     for k, v in metrics.items():
                         totals[k] = totals.get(k, 0.0) + (float(v) if part is not None else 0.0)
                 with timers.time("backward"):
-                    reduce_unwrapped(parallel, params, world)
+                    parallel.reduce_rest(params)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
                 # every term is a sum / the global minibatch size: sum over ranks
@@ -377,26 +377,6 @@ def ppo_update(
     if skipped:
         out["skipped_minibatches"] = float(skipped)
     return out
-
-
-def micro_plan(
-    parallel: dist_.Parallel | None, parts: list[slice]
-) -> list[tuple[slice | None, Any]]:
-    """The micro-steps of one minibatch: :meth:`rlid.distributed.Parallel.micro_plan`,
-    or the parts as they are without a wrapper."""
-    if parallel is None:
-        return [(part, contextlib.nullcontext()) for part in parts]
-    return parallel.micro_plan(parts)
-
-
-def reduce_unwrapped(
-    parallel: dist_.Parallel | None, params: list[torch.nn.Parameter], world: World
-) -> None:
-    """Sum over ranks the gradients no wrapper reduced (all of them without one)."""
-    if parallel is None:
-        dist_.reduce_gradients(params, world)
-    else:
-        parallel.reduce_rest(params)
 
 
 def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
