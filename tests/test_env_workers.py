@@ -104,9 +104,12 @@ def test_ctrl_c_leaves_no_worker_processes(tmp_path):
         """
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # The child gets the default Ctrl-C disposition whatever the test runner's process
+    # has (an ignored SIGINT would be inherited across exec and the child would never see it).
     proc = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         line = proc.stdout.readline()
