@@ -108,17 +108,17 @@ def fit_to_context(
     and the memory text each one used (None where dropped). A step still too long is
     left for the model call to refuse with its length.
     """
-    no_observation = replace(interface, observation=False)
     encoded: list[T] = []
     used: list[str | None] = []
     for b, memory in enumerate(memory_texts):
         step = encode_step(b, memory, interface)
         if limit is not None and length(step) > limit and interface.long_prompts == "shorten":
             budget.shortened_prompts += 1
-            memory = None
-            step = encode_step(b, None, interface)
+            if memory is not None:  # without a memory line the prompt is the one just encoded
+                memory = None
+                step = encode_step(b, None, interface)
             if length(step) > limit and interface.observation:
-                step = encode_step(b, None, no_observation)
+                step = encode_step(b, None, replace(interface, observation=False))
         encoded.append(step)
         used.append(memory)
     return encoded, used
