@@ -44,6 +44,7 @@ class Budget:
     filtered_samples: int = 0
     invalid_actions: int = 0
     shortened_prompts: int = 0  # steps rendered without memory to fit the model's context
+    truncated_menus: int = 0  # decision menus cut to the label alphabet (overflow='truncate')
     optimizer_steps: int = 0
     wall_time: float = 0.0
 

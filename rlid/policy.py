@@ -206,6 +206,7 @@ class DecisionPolicy:
                 menu_for_step(i, self.interface, self.labels, m, rng)
                 for i, m in zip(infos, memory_texts)
             ]
+            self.budget.truncated_menus += sum(1 for menu in menus if menu.dropped)
 
             def encode_step(b: int, memory: str | None, interface: Interface) -> list[int]:
                 menu = menus[b] if memory is not None else replace(menus[b], memory=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -295,6 +296,34 @@ def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch)
         compare_mod.run_comparison(changed, tmp_path, progress=False, say=lambda m: None)
 
 
+def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
+    from rlid.compare.run import check_existing_run
+    from rlid.runs import dir as rundir
+
+    compare = parse_compare_config(tiny_comparison())
+    run = compare.runs()[0]
+    run_dir = tmp_path / run.name
+    run_dir.mkdir()
+    rundir.write_json(run_dir / "config.json", {"config": run.config.to_dict()})
+    truncating = replace(run, config=replace(
+        run.config, interface=replace(run.config.interface, overflow="truncate")
+    ))  # fmt: skip
+    # started, not finished: it may still meet a large menu, so the difference matters
+    with pytest.raises(ValueError, match="different config .*interface"):
+        check_existing_run(truncating, run_dir)
+    rundir.write_json(run_dir / "eval.json", {"after": {"success": 0.5}})
+    check_existing_run(truncating, run_dir)  # finished under "error": no menu overflowed
+    check_existing_run(run, run_dir)
+    other = replace(truncating, config=replace(
+        truncating.config, interface=replace(truncating.config.interface, max_obs_chars=123)
+    ))  # fmt: skip
+    with pytest.raises(ValueError, match="different config .*interface"):
+        check_existing_run(other, run_dir)  # any other interface change still refuses
+    rundir.write_json(run_dir / "config.json", {"config": truncating.config.to_dict()})
+    with pytest.raises(ValueError, match="different config .*interface"):
+        check_existing_run(run, run_dir)  # truncate -> error is not the same run
+
+
 # ---------------------------------------------------------------------- statistics
 def test_bootstrap_interval_of_the_mean_on_normal_samples():
     mu, sigma, n, reps = 0.3, 2.0, 25, 300
@@ -420,12 +449,13 @@ def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
         load_compare_config(tmp_path / "nope.toml")
 
 
-def test_the_report_counts_training_prompts_shortened_to_fit_the_context():
+def test_the_report_counts_training_prompts_shortened_and_menus_truncated():
     from rlid.budget import Budget
     from rlid.compare.report import summarise_arm
 
-    def run(seed, shortened):
-        budget = Budget(env_steps=200, decisions=200, shortened_prompts=shortened).to_dict()
+    def run(seed, shortened, truncated=0):
+        budget = Budget(env_steps=200, decisions=200, shortened_prompts=shortened,
+                        truncated_menus=truncated).to_dict()  # fmt: skip
         stats = {"success": 0.5, "return": 1.0, "normalized_score": 0.5,
                  "episode_length": 4.0, "invalid_rate": 0.0}  # fmt: skip
         return {"seed": seed, "heldout": {"before": stats, "after": stats},
@@ -434,3 +464,8 @@ def test_the_report_counts_training_prompts_shortened_to_fit_the_context():
     summary = summarise_arm([run(0, 10), run(1, 30)])
     assert summary["invalid"]["train_shortened_rate"] == pytest.approx(40 / 400)
     assert summarise_arm([run(0, 0)])["invalid"]["train_shortened_rate"] == 0.0
+    truncated = summarise_arm([run(0, 0, truncated=5), run(1, 0, truncated=3)])["invalid"]
+    assert truncated["train_truncated_rate"] == pytest.approx(8 / 400)
+    older = run(0, 0)  # a run written before the counter existed reads as 0
+    del older["final_budget"]["truncated_menus"]
+    assert summarise_arm([older])["invalid"]["train_truncated_rate"] == 0.0

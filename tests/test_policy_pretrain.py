@@ -228,6 +228,27 @@ def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
     assert scored[0].prompt_ids == token_short and scoring.budget.shortened_prompts == 1
 
 
+def test_a_menu_larger_than_the_label_alphabet_is_truncated_and_counted():
+    tokenizer = build_tiny_tokenizer()
+    observations, infos = _batch(2)
+    sizes = [len(info["legal_actions"]) for info in infos]
+    labels = "A-" + chr(ord("A") + sizes[0] - 2)  # one label short of the first menu
+    kw = dict(rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+    model = build_tiny_model(tokenizer, seed=1)
+    strict = DecisionPolicy(model, tokenizer, Interface(labels=labels))
+    with pytest.raises(ValueError, match="legal actions but the label alphabet has only"):
+        strict.act(observations, infos, [None, None], **kw)
+    policy = DecisionPolicy(model, tokenizer, Interface(labels=labels, overflow="truncate"))
+    decisions = policy.act(observations, infos, [None, None], **kw)
+    expected = sum(1 for size in sizes if size > sizes[0] - 1)
+    assert policy.budget.truncated_menus == expected >= 1
+    first = decisions[0].menu
+    assert len(first.rows) == sizes[0] - 1 and len(first.dropped) == 1
+    assert decisions[0].action in {row.action for row in first.rows}
+    policy.act(observations[1:], infos[1:], [None], **kw)  # counters accumulate
+    assert policy.budget.truncated_menus == expected + (sizes[1] > sizes[0] - 1)
+
+
 def test_interface_long_prompts_is_checked_and_recorded_only_when_changed():
     from rlid.config import TrainConfig
 

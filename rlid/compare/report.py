@@ -81,6 +81,8 @@ def summarise_arm(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "heldout_invalid_rate": heldout["after"]["invalid_rate"],
         # steps whose prompt was shortened to fit the model's context (Interface.long_prompts)
         "train_shortened_rate": spent["shortened_prompts"] / max(spent["env_steps"], 1),
+        # decision menus that kept only as many rows as labels (Interface.overflow="truncate")
+        "train_truncated_rate": spent["truncated_menus"] / max(spent["env_steps"], 1),
     }
     samples = None
     if any("used_samples" in row for row in rows):

@@ -47,12 +47,22 @@ def run_state(run_dir: Path) -> str:
 
 
 def check_existing_run(run: RunSpec, run_dir: Path) -> None:
-    """Refuse to reuse or resume a run directory trained with another config."""
+    """Refuse to reuse or resume a run directory trained with another config.
+
+    One difference is immaterial: a run that *finished* under
+    ``interface.overflow="error"`` never met a menu larger than its label alphabet
+    (one would have stopped it), so it is exactly the run ``"truncate"`` would have
+    made, and is reused under a config that says ``"truncate"``.
+    """
     if not (run_dir / "config.json").exists():
         return
     saved, _ = read_run_config(run_dir)
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
+    if differing == ["interface"] and run_state(run_dir) == "finished":
+        overflow = {**found["interface"], "overflow": planned["interface"].get("overflow")}
+        if overflow == planned["interface"] and found["interface"].get("overflow") == "error":
+            return
     if differing:
         raise ValueError(
             f"{run_dir} was trained with a different config (differs in: "

@@ -270,18 +270,21 @@ def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
     rows = [[arm, _num(s["invalid"]["train_invalid_rate"], 3),
              _num(s["invalid"]["train_unparsed_rate"], 3),
              _iv(s["invalid"]["heldout_invalid_rate"]),
-             _num(s["invalid"].get("train_shortened_rate"), 3)]
+             _num(s["invalid"].get("train_shortened_rate"), 3),
+             _num(s["invalid"].get("train_truncated_rate"), 3)]
             for arm, s in arms.items()]  # fmt: skip
     lines += _table(
         ["arm", "training invalid-action rate", "training unparsed rate", "held-out invalid rate",
-         "training prompts shortened"],
+         "training prompts shortened", "training menus truncated"],
         rows,
     )  # fmt: skip
     lines.append(
         "Menu arms choose among legal rows, so their rate is 0 by construction; a token-plane "
         "command that does not parse to a legal action is a no-op step. Shortened: the share "
         "of training steps whose prompt lost its memory (or observation) to fit the model's "
-        "context (`Interface.long_prompts`)."
+        "context (`Interface.long_prompts`). Truncated: the share of training steps whose "
+        "menu had more legal actions than labels and kept a shuffled subset "
+        "(`Interface.overflow=\"truncate\"`)."
     )
     lines += ["", f"## Generated vs used samples: {env_name}", ""]
     rows = [[arm, _num(s["samples"]["generated_samples"], 1), _num(s["samples"]["used_samples"], 1),
