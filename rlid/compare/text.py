@@ -284,7 +284,7 @@ def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
         "of training steps whose prompt lost its memory (or observation) to fit the model's "
         "context (`Interface.long_prompts`). Truncated: the share of training steps whose "
         "menu had more legal actions than labels and kept a shuffled subset "
-        "(`Interface.overflow=\"truncate\"`)."
+        '(`Interface.overflow="truncate"`).'
     )
     lines += ["", f"## Generated vs used samples: {env_name}", ""]
     rows = [[arm, _num(s["samples"]["generated_samples"], 1), _num(s["samples"]["used_samples"], 1),
