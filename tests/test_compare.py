@@ -394,6 +394,22 @@ def test_selection_keeps_run_names_and_names_unknown_ones():
         compare.select(envs=["c"])
     with pytest.raises(CompareConfigError, match="unknown arm"):
         compare.select(arms=["ppo"])
+    seeded = parse_compare_config({**data, "seeds": [0, 1, 2]})
+    part = seeded.select(arms=["decision"], envs=["a"], seeds=[2, 0])
+    assert [r.name for r in part.runs()] == ["decision-a-seed0", "decision-a-seed2"]
+    assert part.seeds == (0, 2)  # in the config's order
+    with pytest.raises(CompareConfigError, match=r"unknown seed\(s\) 5; this config has: 0, 1, 2"):
+        seeded.select(seeds=[5])
+
+
+def test_compare_cli_selects_seeds_and_refuses_a_bad_list(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml({**tiny_comparison(), "seeds": [0, 1]}))
+    assert cli_main(["compare", "--config", str(path), "--seeds", "1", "--check"]) == 0
+    assert json.loads(capsys.readouterr().out)["seeds"] == [1]
+    with pytest.raises(SystemExit):
+        cli_main(["compare", "--config", str(path), "--seeds", "one", "--check"])
+    assert "seeds are integers" in capsys.readouterr().err
 
 
 def test_nproc_is_checked_against_the_global_groups():

@@ -18,10 +18,17 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(n) for n in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are integers, got {text!r}") from None
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     compare = load_compare_config(args.config)  # every check before any run starts
-    if args.arms is not None or args.envs is not None:
-        compare = compare.select(arms=args.arms, envs=args.envs)
+    if args.arms is not None or args.envs is not None or args.seeds is not None:
+        compare = compare.select(arms=args.arms, envs=args.envs, seeds=args.seeds)
     if args.check:
         print(json.dumps(compare.to_dict(), indent=2))
         return 0
@@ -63,6 +70,12 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--envs", type=_names, metavar="X,Y",
         help="train and report only these envs (comma-separated names from the config)",
+    )  # fmt: skip
+    p.add_argument(
+        "--seeds", type=_seeds, metavar="0,2",
+        help="train and report only these seeds (comma-separated, from the config's `seeds`); "
+        "two calls with different seeds and different --out directories train in parallel, "
+        "and copying their runs/ into one directory lets a later call report them together",
     )  # fmt: skip
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"

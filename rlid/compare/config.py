@@ -129,10 +129,22 @@ class CompareConfig:
     # the whole comparison, so a selection reuses and feeds the same run directories
     all_envs: tuple[str, ...] = ()
 
-    def select(self, arms: list[str] | None = None, envs: list[str] | None = None) -> CompareConfig:
-        """The same comparison restricted to some arms and/or envs (``rlid compare
-        --arms/--envs``): run names, configs and reuse are unchanged, so a selection
-        trains part of a large comparison and a later call with more names continues."""
+    def select(
+        self,
+        arms: list[str] | None = None,
+        envs: list[str] | None = None,
+        seeds: list[int] | None = None,
+    ) -> CompareConfig:
+        """The same comparison restricted to some arms, envs and/or seeds (``rlid compare
+        --arms/--envs/--seeds``): run names, configs and reuse are unchanged, so a
+        selection trains part of a large comparison and a later call with more names
+        continues (or, with another ``--out``, trains another part at the same time)."""
+        unknown_seeds = [seed for seed in seeds or [] if seed not in self.seeds]
+        if unknown_seeds:
+            raise CompareConfigError(
+                f"unknown seed(s) {', '.join(map(str, unknown_seeds))}; this config has: "
+                f"{', '.join(map(str, self.seeds))}"
+            )
         for kind, wanted, known in (
             ("arm", arms, [a.name for a in self.arms]),
             ("env", envs, [e.name for e in self.envs]),
@@ -147,6 +159,7 @@ class CompareConfig:
             self,
             arms=tuple(a for a in self.arms if arms is None or a.name in arms),
             envs=tuple(e for e in self.envs if envs is None or e.name in envs),
+            seeds=tuple(seed for seed in self.seeds if seeds is None or seed in seeds),
             all_envs=self.all_envs or tuple(e.name for e in self.envs),
         )
 
