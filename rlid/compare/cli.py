@@ -75,7 +75,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         "--seeds", type=_seeds, metavar="0,2",
         help="train and report only these seeds (comma-separated, from the config's `seeds`); "
         "two calls with different seeds and different --out directories train in parallel, "
-        "and copying their runs/ into one directory lets a later call report them together",
+        "and copying one's runs/* into the other's runs/ lets a later call there report them "
+        "together",
     )  # fmt: skip
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"
