@@ -188,6 +188,7 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
     assert {(a.plane, a.algorithm) for a in compare.arms} == {
         ("decision", "ppo"),
         ("scoring", "ppo"),
+        ("token", "grpo"),
     }
     # one recipe: arms differ in plane, the scoring norm and the starting model only
     assert all(set(a.options) <= {"norm", "model"} for a in compare.arms)
