@@ -72,6 +72,11 @@ class PretrainConfig:
         "also train on the random-play choices (false: on their prompts only, so every "
         "answer the model is trained on is a walkthrough's)",
     )
+    answer_weight: float = _f(
+        1.0,
+        "loss weight of an answer token (the chosen label and command) against a prompt "
+        "token's 1; an answer is a few tokens of a few hundred, so > 1 stresses the choice",
+    )
     steps: int = _f(400, "optimizer steps")
     batch_size: int = _f(16, "sequences per step")
     lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
@@ -91,6 +96,8 @@ class PretrainConfig:
             raise ValueError(
                 f"walkthrough_max_steps must be >= 1, got {self.walkthrough_max_steps}"
             )
+        if not self.answer_weight > 0:
+            raise ValueError(f"answer_weight must be > 0, got {self.answer_weight}")
         if not self.envs:
             raise ValueError("give at least one env id to play")
         for env_id in self.envs:
@@ -197,25 +204,38 @@ def _play(
     return texts
 
 
-def training_sequences(config: PretrainConfig, tokenizer: Any) -> list[tuple[list[int], int]]:
-    """The corpus as ``(token ids + EOS, stop)`` pairs: the loss covers positions
-    ``< stop`` (all of them, or with ``random_answers`` off a random-play sequence's
-    prompt only, up to where its answer starts). Sequences over ``max_tokens`` are
-    dropped."""
+def training_sequences(
+    config: PretrainConfig, tokenizer: Any
+) -> list[tuple[list[int], list[float]]]:
+    """The corpus as ``(token ids + EOS, loss weights)`` pairs, a weight per token (of
+    predicting it from the tokens before it): 1 for a prompt token, ``answer_weight``
+    from where the answer starts to the EOS, and 0 for a random-play answer when
+    ``random_answers`` is off. Sequences over ``max_tokens`` are dropped."""
     eos = tokenizer.eos_token_id
-    seqs: list[tuple[list[int], int]] = []
+    seqs: list[tuple[list[int], list[float]]] = []
     for t in transcripts(config, tokenizer):
         ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
         if len(ids) > config.max_tokens:
             continue
-        stop = len(ids)
-        if not (t.guided or config.random_answers):
-            prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False)
-            stop = next(
-                (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
-            )
-        seqs.append((ids, stop))
+        prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False)
+        start = next(  # the first token that differs from the prompt's own encoding
+            (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
+        )
+        answer = config.answer_weight if (t.guided or config.random_answers) else 0.0
+        seqs.append((ids, [1.0] * start + [answer] * (len(ids) - start)))
     return seqs
+
+
+def weighted_lm_loss(
+    logits: torch.Tensor, input_ids: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """``sum_i w_i * CE(token_i | tokens < i) / sum_i w_i`` over a batch: ``logits`` (B, T, V),
+    ``input_ids`` and ``weights`` (B, T), weight 0 on padding and on the first token."""
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), reduction="none"
+    ).view(input_ids.shape[0], -1)  # (B, T-1)
+    w = weights[:, 1:]
+    return (ce * w).sum() / w.sum().clamp_min(1e-8)
 
 
 def pretrain(
@@ -250,19 +270,23 @@ def pretrain(
         t_max = max(len(s) for s, _ in batch)
         input_ids = torch.full((len(batch), t_max), pad, dtype=torch.long)  # (B, T) right-padded
         attention = torch.zeros((len(batch), t_max), dtype=torch.long)
-        trained = torch.zeros((len(batch), t_max), dtype=torch.bool)  # (B, T) in the loss
-        for b, (s, stop) in enumerate(batch):
+        weights = torch.zeros((len(batch), t_max))  # (B, T) loss weight per token, 0 on padding
+        for b, (s, w) in enumerate(batch):
             input_ids[b, : len(s)] = torch.tensor(s)
             attention[b, : len(s)] = 1
-            trained[b, :stop] = True
-        labels = input_ids.masked_fill(~trained, -100)
-        out_ = model(input_ids=input_ids, attention_mask=attention, labels=labels)
+            weights[b, : len(s)] = torch.tensor(w)
+        if config.answer_weight == 1.0:  # weights 0/1: the model's own loss (as before)
+            labels = input_ids.masked_fill(weights == 0, -100)
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        else:
+            logits = model(input_ids=input_ids, attention_mask=attention).logits
+            loss = weighted_lm_loss(logits, input_ids, weights)
         optimizer.zero_grad(set_to_none=True)
-        out_.loss.backward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(float(out_.loss.detach()))
+        losses.append(float(loss.detach()))
         bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
     model.eval()
     target = Path(out) if out is not None else tiny_cache_dir()

@@ -89,12 +89,14 @@ def test_pretrain_builds_a_guided_warm_start_usable_as_a_model_dir(tmp_path, cap
     out = tmp_path / "guided"
     code = main([
         "pretrain", "--envs", "keydoor", "--episodes", "1", "--max-episode-steps", "2",
-        "--walkthrough-episodes", "1", "--random-answers", "false", "--steps", "2",
+        "--walkthrough-episodes", "1", "--random-answers", "false", "--answer-weight", "8",
+        "--steps", "2",
         "--batch-size", "2", "--threads", "1", "--quiet", "--out", str(out),
     ])  # fmt: skip
     assert code == 0
     assert "random-play and walkthrough sequences" in capsys.readouterr().out
     recorded = json.loads((out / "pretrain.json").read_text())["config"]
     assert recorded["walkthrough_episodes"] == 1 and recorded["random_answers"] is False
+    assert recorded["answer_weight"] == 8.0
     model, _ = load_policy_model(str(out))
     assert model.rlid_origin == "local"

@@ -135,17 +135,40 @@ def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_onl
     base = dict(envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, walkthrough_episodes=1)
     corpus = transcripts(PretrainConfig(**base), tokenizer)
     every = training_sequences(PretrainConfig(**base), tokenizer)
-    assert all(stop == len(ids) for ids, stop in every)  # the default: every token trained
+    assert all(w == [1.0] * len(ids) for ids, w in every)  # the default: every token trained
     masked = training_sequences(PretrainConfig(**base, random_answers=False), tokenizer)
     assert [ids for ids, _ in masked] == [ids for ids, _ in every]
     assert any(t.guided for t in corpus) and any(not t.guided for t in corpus)
-    for t, (ids, stop) in zip(corpus, masked):
+    weighted = training_sequences(PretrainConfig(**base, answer_weight=5.0), tokenizer)
+    for t, (ids, w), (_, w5) in zip(corpus, masked, weighted):
+        start = len(tokenizer.encode(t.prompt, add_special_tokens=False))
+        assert w5 == [1.0] * start + [5.0] * (len(ids) - start)  # the answer and EOS
+        answer = tokenizer.decode(ids[start:-1])
+        assert answer.strip() and answer.strip() in t.answer
         if t.guided:
-            assert stop == len(ids)
+            assert w == [1.0] * len(ids)
         else:  # the loss stops where the random answer starts: " B\nCommand: ..." untrained
-            assert stop == len(tokenizer.encode(t.prompt, add_special_tokens=False))
-            answer = tokenizer.decode(ids[stop:-1])
-            assert answer.strip() and answer.strip() in t.answer
+            assert w == [1.0] * start + [0.0] * (len(ids) - start)
+
+
+def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
+    from rlid.models import build_tiny_model
+    from rlid.pretrain import weighted_lm_loss
+
+    # hand-computed: two next-token predictions with CE log(2) and log(4)
+    logits = torch.log(torch.tensor([[[0.5, 0.5, 1e-30], [0.25, 0.75, 1e-30], [1.0, 1.0, 1.0]]]))
+    ids = torch.tensor([[2, 0, 0]])
+    w = torch.tensor([[0.0, 1.0, 3.0]])  # the first token is never predicted
+    expected = (1 * np.log(2) + 3 * np.log(4)) / 4
+    assert weighted_lm_loss(logits, ids, w).item() == pytest.approx(expected, rel=1e-6)
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    ids = torch.tensor([[5, 9, 14, 3, 0], [7, 8, 2, 11, 6]])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    out = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
+    mine = weighted_lm_loss(out.logits, ids, mask.float())
+    assert mine.item() == pytest.approx(out.loss.item(), rel=1e-5)
 
 
 def test_pretrain_config_rejects_bad_values():
@@ -153,6 +176,8 @@ def test_pretrain_config_rejects_bad_values():
         PretrainConfig(steps=0)
     with pytest.raises(ValueError, match="walkthrough_episodes"):
         PretrainConfig(walkthrough_episodes=-1)
+    with pytest.raises(ValueError, match="answer_weight must be > 0"):
+        PretrainConfig(answer_weight=0)
     with pytest.raises(ValueError, match="valid ids"):
         PretrainConfig(envs=("nope",))
 
