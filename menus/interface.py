@@ -66,7 +66,8 @@ class Interface:
     long_prompts: Literal["error", "shorten"] = "shorten"
     """A prompt longer than the model's context (``max_position_embeddings``, less the
     room the plane's continuation needs): ``"shorten"`` renders that one step without
-    its memory line, then also without the observation, until it fits (counted in the
+    its memory line, then also without the observation, then also without the menu's
+    afterstates (labels and commands stay), until it fits (counted in the
     run's ``shortened_prompts``; still too long: an error); ``"error"`` raises at once.
     Prompts that fit are never changed, so runs recorded before the field existed are
     unaffected."""

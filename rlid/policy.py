@@ -103,7 +103,8 @@ def fit_to_context(
 
     With ``interface.long_prompts == "shorten"`` a step whose ``length`` exceeds
     ``limit`` is encoded again without its memory line, then also without the
-    observation (``observation=False``), stopping at the first that fits; each
+    observation (``observation=False``), then also without the menu's afterstates
+    (the rows keep their labels and commands), stopping at the first that fits; each
     shortened step is counted in ``budget.shortened_prompts``. Returns the encodings
     and the memory text each one used (None where dropped). A step still too long is
     left for the model call to refuse with its length.
@@ -119,6 +120,13 @@ def fit_to_context(
                 step = encode_step(b, None, interface)
             if length(step) > limit and interface.observation:
                 step = encode_step(b, None, replace(interface, observation=False))
+            shows_afterstates = interface.afterstates or interface.show_afterstates_to_token_plane
+            if length(step) > limit and shows_afterstates:
+                bare = replace(
+                    interface, observation=False, afterstates=False,
+                    show_afterstates_to_token_plane=False,
+                )  # fmt: skip
+                step = encode_step(b, None, bare)
         encoded.append(step)
         used.append(memory)
     return encoded, used

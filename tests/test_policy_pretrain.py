@@ -232,6 +232,24 @@ def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
     decisions = tight.act(observations[:1], infos[:1], memories[:1], **kw)
     assert decisions[0].prompt_ids == bare and tight.budget.shortened_prompts == 1
 
+    # Still too long: the menu's afterstates go too; every row keeps label and command.
+    no_after = replace(interface, observation=False, afterstates=False)
+    rows_only = encode_prompt(
+        tokenizer,
+        render_decision_prompt(observations[0], infos[0], short_menu, no_after, tokenizer),
+    )
+    assert len(rows_only) < len(bare)
+    assert all(row.action in tokenizer.decode(rows_only) for row in short_menu.rows)
+    tighter = DecisionPolicy(_limited_model(tokenizer, len(rows_only) + 1), tokenizer, interface)
+    decisions = tighter.act(observations[:1], infos[:1], memories[:1], **kw)
+    assert decisions[0].prompt_ids == rows_only and tighter.budget.shortened_prompts == 1
+    logp_all, _, _ = tighter.score(decisions)
+    assert logp_all[0, decisions[0].chosen].item() == pytest.approx(decisions[0].logp, abs=1e-5)
+    with pytest.raises(ValueError, match="more than the model's max_position_embeddings"):
+        DecisionPolicy(_limited_model(tokenizer, len(rows_only) - 1), tokenizer, interface).act(
+            observations[:1], infos[:1], memories[:1], **kw
+        )  # the rows alone do not fit: refused with the length
+
     strict = replace(interface, long_prompts="error")
     with pytest.raises(ValueError, match="more than the model's max_position_embeddings"):
         DecisionPolicy(_limited_model(tokenizer, limit), tokenizer, strict).act(
