@@ -281,8 +281,9 @@ def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
     lines.append(
         "Menu arms choose among legal rows, so their rate is 0 by construction; a token-plane "
         "command that does not parse to a legal action is a no-op step. Shortened: the share "
-        "of training steps whose prompt lost its memory (or observation, or afterstates) to fit the model's "
-        "context (`Interface.long_prompts`). Truncated: the share of training steps whose "
+        "of training steps whose prompt lost its memory (or observation, or afterstates) to "
+        "fit the model's context (`Interface.long_prompts`). Truncated: the share of training "
+        "steps whose "
         "menu had more legal actions than labels and kept a shuffled subset "
         '(`Interface.overflow="truncate"`).'
     )
