@@ -3,9 +3,12 @@
 Usage: before.py MODEL ENV[,ENV...] [heldout|train]   (from the repository root)
 """
 
-import json, sys
+import json
+import sys
 from dataclasses import replace
+
 import torch
+
 from rlid.compare.parse import load_compare_config
 from rlid.models import load_policy_model
 from rlid.planes import get_plane
