@@ -217,11 +217,14 @@ def training_sequences(
         ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
         if len(ids) > config.max_tokens:
             continue
+        answer = config.answer_weight if (t.guided or config.random_answers) else 0.0
+        if answer == 1.0:  # the answer weighs as the prompt: no need to find where it starts
+            seqs.append((ids, [1.0] * len(ids)))
+            continue
         prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False)
         start = next(  # the first token that differs from the prompt's own encoding
             (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
         )
-        answer = config.answer_weight if (t.guided or config.random_answers) else 0.0
         seqs.append((ids, [1.0] * start + [answer] * (len(ids) - start)))
     return seqs
 

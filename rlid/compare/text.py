@@ -283,8 +283,7 @@ def _cost_sections(env_name: str, arms: dict[str, Any]) -> list[str]:
         "command that does not parse to a legal action is a no-op step. Shortened: the share "
         "of training steps whose prompt lost its memory (or observation, or afterstates) to "
         "fit the model's context (`Interface.long_prompts`). Truncated: the share of training "
-        "steps whose "
-        "menu had more legal actions than labels and kept a shuffled subset "
+        "steps whose menu had more legal actions than labels and kept a shuffled subset "
         '(`Interface.overflow="truncate"`).'
     )
     lines += ["", f"## Generated vs used samples: {env_name}", ""]
