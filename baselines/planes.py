@@ -55,6 +55,7 @@ def _token_policy(
     value_head: ValueHead | None = None,
     budget: Budget | None = None,
     timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Policy:
     from baselines.token_policy import TokenPolicy
 
@@ -62,7 +63,7 @@ def _token_policy(
         raise ValueError("the token plane is critic-free: it takes no value head")
     return TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
-        budget=budget, timers=timers,
+        budget=budget, timers=timers, autocast=autocast,
     )  # fmt: skip
 
 

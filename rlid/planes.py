@@ -38,8 +38,8 @@ class Plane:
     Attributes:
         name: the ``TrainConfig.plane`` value.
         summary: one line for help texts.
-        make_policy: ``(config, model, tokenizer, *, value_head, budget, timers) -> Policy``,
-            the acting policy around a model (training rollouts and evaluation).
+        make_policy: ``(config, model, tokenizer, *, value_head, budget, timers, autocast)
+            -> Policy``, the acting policy around a model (training rollouts and evaluation).
         train: ``(config, out, *, resume, progress) -> RunLog``, a whole training run.
     """
 

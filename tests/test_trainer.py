@@ -254,3 +254,49 @@ def test_label_mass_penalty_raises_the_label_mass():
     _, mass_after, _ = policy.score(decisions)
     assert float(mass_after.mean()) > float(mass_before.mean())
     assert out["label_mass_loss"] == pytest.approx(-float(torch.log(mass_before).mean()), rel=0.5)
+
+
+def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path, capsys):
+    from rlid.runs.evaluate import evaluate_model, evaluate_run
+
+    config = small_config(eval_episodes=5)
+    run = Path(trainer_mod.train(config, tmp_path / "run", progress=False).path)
+    rows = json.loads((run / "eval.json").read_text())
+    stats = evaluate_model(config, episodes=5)
+    assert stats["origin"] == "warm" and stats["model"] == "tiny"
+    assert {k: stats[k] for k in rows["before"]} == rows["before"]
+    # The trained model, played as a model dir with the run's config, is the "after" row.
+    trained = evaluate_model(
+        TrainConfig.from_dict({**config.to_dict(), "model": str(run / "checkpoint" / "model")}),
+        episodes=5,
+    )  # fmt: skip
+    assert trained["origin"] == "local"
+    assert {k: trained[k] for k in rows["after"]} == rows["after"]
+    assert {k: evaluate_run(run, episodes=5)[k] for k in rows["after"]} == rows["after"]
+
+    # From the command line: the config file gives plane, interface and env; flags win.
+    (tmp_path / "c.toml").write_text(
+        'env = "keydoor"\nthreads = 1\n[env_options]\n'
+        + "".join(f"{k} = {v}\n" for k, v in TINY_ENV.items())
+        + '[interface]\nmemory = "none"\n'
+    )
+    argv = ["eval", "--model", "tiny", "--config", str(tmp_path / "c.toml"), "--episodes", "5"]
+    assert cli_main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {k: printed[k] for k in rows["before"]} == rows["before"]
+    assert printed["env"] == "keydoor" and printed["split"] == "heldout"
+    # Another env drops the file's options (they belong to its env).
+    assert cli_main([*argv, "--env", "tw-simple", "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["env"] == "tw-simple"
+
+    # Mistakes are one clear line each.
+    assert cli_main(["eval", "--episodes", "1"]) == 2
+    assert "either --run DIR" in capsys.readouterr().err
+    assert cli_main(["eval", "--run", str(run), "--config", "c.toml"]) == 2
+    assert "--config go with --model" in capsys.readouterr().err
+    assert cli_main(["eval", "--model", "tiny", "--plane", "nope"]) == 2
+    assert "plane='nope'" in capsys.readouterr().err
+    assert cli_main(["eval", "--model", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli_main([*argv, "--episodes", "0"]) == 2
+    assert "--episodes must be >= 1" in capsys.readouterr().err

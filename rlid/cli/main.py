@@ -85,7 +85,7 @@ _EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
     ("rlid.cli.train", "add_train_parsers", {
         "train": "train an agent (decision-plane PPO, scoring-plane PPO, or token-plane "
                  "GRPO family)",
-        "eval": "evaluate a trained run on held-out (or train) games",
+        "eval": "evaluate a trained run, or a model as it is, on held-out (or train) games",
     }),
     ("rlid.audit.cli", "add_audit_parser",
      {"audit": "check the marginalization variance identity exactly, with negative controls"}),

@@ -63,23 +63,51 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
-    from rlid.runs.evaluate import evaluate_run
+    from rlid.runs.evaluate import evaluate_model, evaluate_run
 
-    stats = evaluate_run(
-        Path(args.run),
-        env=args.env,
-        env_options=parse_option_strings(args.env_option),
-        split=args.split,
-        episodes=args.episodes,
-        greedy=not args.sample,
-        seed=args.seed,
-    )
+    if (args.run is None) == (args.model is None):
+        raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
+    common = dict(split=args.split, episodes=args.episodes, greedy=not args.sample, seed=args.seed)
+    if args.run is not None:
+        extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane))
+                 if value is not None]  # fmt: skip
+        if extra:
+            raise ValueError(f"{', '.join(extra)} go with --model; a run has its own config")
+        stats = evaluate_run(
+            Path(args.run), env=args.env, env_options=parse_option_strings(args.env_option),
+            **common,
+        )  # fmt: skip
+    else:
+        stats = evaluate_model(model_eval_config(args), **common)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
         for key, value in stats.items():
             print(f"{key:>18}: {value:.3f}" if isinstance(value, float) else f"{key:>18}: {value}")
     return 0
+
+
+def model_eval_config(args: argparse.Namespace) -> Any:
+    """``rlid eval --model``: the TrainConfig whose plane, interface, env and hardware
+    the model is played with: ``--config FILE.toml`` (as for ``rlid train``) < flags."""
+    from envs.registry import parse_option_strings
+    from menus import Interface
+    from rlid.config import TrainConfig, read_toml
+
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        data = read_toml(Path(args.config), "config file")
+    interface = dict(data.pop("interface", {}) or {})
+    options = dict(data.pop("env_options", {}) or {})
+    if args.env is not None and args.env != data.get("env"):
+        options = {}  # the file's options belong to the file's env
+    data["model"] = args.model
+    for key in ("env", "plane"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    data["env_options"] = {**options, **parse_option_strings(args.env_option)}
+    data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})
+    return TrainConfig.from_dict(data)
 
 
 def add_train_parsers(sub: argparse._SubParsersAction) -> None:
@@ -100,11 +128,27 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
 
     e = sub.add_parser(
         "eval",
-        help="evaluate a trained run on held-out (or train) games",
-        description="Load the last checkpoint of a run and play N episodes.",
+        help="evaluate a trained run, or a model as it is, on held-out (or train) games",
+        description=(
+            "Play N episodes with the last checkpoint of a run (--run DIR), or with a model "
+            "before any training (--model tiny|tiny-random|DIR): the same evaluation as a "
+            "run's before/after rows. With --model, the plane, interface and hardware come "
+            "from --config FILE.toml (a `rlid train` config) and the flags."
+        ),
     )
-    e.add_argument("--run", required=True, type=Path, help="run directory (from `rlid train`)")
-    e.add_argument("--env", default=None, help="env id (default: the run's env)")
+    what = e.add_mutually_exclusive_group()
+    what.add_argument("--run", type=Path, help="run directory (from `rlid train`)")
+    what.add_argument(
+        "--model", help="'tiny', 'tiny-random' or a local Hugging Face model dir, untrained"
+    )
+    e.add_argument(
+        "--config", type=Path, help="with --model: TOML file as for `rlid train` (flags win)"
+    )
+    e.add_argument(
+        "--plane", default=None, help="with --model: decision, scoring or token (default: "
+        "the config's, else decision)",
+    )  # fmt: skip
+    e.add_argument("--env", default=None, help="env id (default: the run's or config's env)")
     add_env_option_argument(e, help="env option (repeatable; default: the run's options)")
     e.add_argument("--split", default="heldout", choices=["train", "heldout"], help="game split")
     e.add_argument("--episodes", type=int, default=32, help="episodes to play")
