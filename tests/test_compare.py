@@ -193,7 +193,11 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
     # one recipe: arms differ in plane, the scoring norm and the starting model only
     assert all(set(a.options) <= {"norm", "model"} for a in compare.arms)
     decision = [a for a in compare.arms if a.plane == "decision"]
-    assert sorted(a.options.get("model", "tiny") for a in decision) == ["runs/tiny-guided", "tiny"]
+    assert sorted(a.options.get("model", "tiny") for a in decision) == [
+        "runs/tiny-answers",
+        "runs/tiny-guided",
+        "tiny",
+    ]
 
 
 # ------------------------------------------------------------------------- end to end
