@@ -430,8 +430,14 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace, **fixed: Any) -> TrainConfig:
     """TOML file (if any) < flags < ``fixed``; validated."""
-    data = given_values(args)
-    interface = data.pop("interface", {})
+    return config_from_values(given_values(args), **fixed)
+
+
+def config_from_values(data: dict[str, Any], **fixed: Any) -> TrainConfig:
+    """A TrainConfig from given values (``interface``: a dict of the Interface fields
+    given) < ``fixed``; everything not given keeps its default; validated."""
+    data = dict(data)
+    interface = data.pop("interface", None) or {}
     data.update(fixed)
     data["env_options"] = data.get("env_options", {})
     data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})

@@ -91,23 +91,17 @@ def model_eval_config(args: argparse.Namespace) -> Any:
     """``rlid eval --model``: the TrainConfig whose plane, interface, env and hardware
     the model is played with: ``--config FILE.toml`` (as for ``rlid train``) < flags."""
     from envs.registry import parse_option_strings
-    from menus import Interface
-    from rlid.config import TrainConfig, read_toml
+    from rlid.config import config_from_values, read_toml
 
     data: dict[str, Any] = {}
     if args.config is not None:
         data = read_toml(Path(args.config), "config file")
-    interface = dict(data.pop("interface", {}) or {})
     options = dict(data.pop("env_options", {}) or {})
     if args.env is not None and args.env != data.get("env"):
         options = {}  # the file's options belong to the file's env
-    data["model"] = args.model
-    for key in ("env", "plane"):
-        if getattr(args, key) is not None:
-            data[key] = getattr(args, key)
-    data["env_options"] = {**options, **parse_option_strings(args.env_option)}
-    data["interface"] = Interface.from_dict({**Interface().to_dict(), **interface})
-    return TrainConfig.from_dict(data)
+    flags = {key: getattr(args, key) for key in ("env", "plane") if getattr(args, key) is not None}
+    options.update(parse_option_strings(args.env_option))
+    return config_from_values({**data, **flags, "env_options": options}, model=args.model)
 
 
 def add_train_parsers(sub: argparse._SubParsersAction) -> None:
