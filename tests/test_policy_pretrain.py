@@ -302,3 +302,37 @@ def test_interface_long_prompts_is_checked_and_recorded_only_when_changed():
     strict = TrainConfig(interface=Interface(long_prompts="error"))
     assert strict.to_dict()["interface"]["long_prompts"] == "error"
     assert TrainConfig.from_dict(strict.to_dict()) == strict
+
+
+def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatch):
+    import rlid.pretrain as pretrain_mod
+
+    played: dict[int, list[int]] = {}
+    real_make = envs.make
+
+    def spying_make(env_id, **options):
+        env = real_make(env_id, **options)
+        seen = played.setdefault(options.get("num_games", 16), [])
+        reset = env.reset
+
+        def recording_reset(*args, **kw):
+            obs, info = reset(*args, **kw)
+            seen.append(int(info["game_seed"]))
+            return obs, info
+
+        env.reset = recording_reset
+        return env
+
+    monkeypatch.setattr(pretrain_mod.envs_pkg, "make", spying_make)
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, walkthrough_episodes=40)
+    pretrain_mod.transcripts(PretrainConfig(**base), tokenizer)
+    assert set(played) == {16} and max(played[16]) < 16  # the env's own pool
+    played.clear()
+    pretrain_mod.transcripts(PretrainConfig(**base, num_games=5000), tokenizer)
+    assert set(played) == {5000}
+    # 41 draws from 5,000 games: (almost surely) beyond the default 16, all training games
+    assert max(played[5000]) >= 16 and len(set(played[5000])) > 16
+    assert all(0 <= g < 5000 for g in played[5000])
+    with pytest.raises(ValueError, match="num_games"):
+        PretrainConfig(num_games=-1)
