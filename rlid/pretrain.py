@@ -104,7 +104,9 @@ class PretrainConfig:
         if self.walkthrough_episodes < 0:
             raise ValueError(f"walkthrough_episodes must be >= 0, got {self.walkthrough_episodes}")
         if not 0 <= self.num_games <= 100_000:
-            raise ValueError(f"num_games must be in [0, 100000] (0: the env's own), got {self.num_games}")
+            raise ValueError(
+                f"num_games must be in [0, 100000] (0: the env's own), got {self.num_games}"
+            )
         if self.walkthrough_max_steps < 1:
             raise ValueError(
                 f"walkthrough_max_steps must be >= 1, got {self.walkthrough_max_steps}"
