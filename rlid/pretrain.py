@@ -22,8 +22,8 @@ something of the tasks before RL, and results say which warm start they used.
 ``num_games`` (default 0: each env's own pool, 16 training games) sets how many
 training games the corpus draws from. What the walkthrough corpus needs most is
 *episodes* (each one a fresh shuffle of the menu's labels), not games: on crafting,
-1,000 walkthrough episodes over the 16 games gave 0.88 held-out success before RL,
-over 1,000 games 0.41, and 96 episodes over the 16 games 0.06 (README "Suite").
+1,000 walkthrough episodes over the 16 games gave 0.66 held-out success before RL,
+over 1,000 games 0.31, and 96 episodes over the 16 games 0.06 (README "Suite").
 """
 
 from __future__ import annotations
