@@ -24,6 +24,9 @@ training games the corpus draws from. What the walkthrough corpus needs most is
 *episodes* (each one a fresh shuffle of the menu's labels), not games: on crafting,
 1,000 walkthrough episodes over the 16 games gave 0.66 held-out success before RL,
 over 1,000 games 0.31, and 96 episodes over the 16 games 0.06 (README "Suite").
+
+``rlid pretrain`` caches the result in ``rlid.models.tiny_cache_dir()``;
+``load_policy_model("tiny")`` then returns it (``model.rlid_origin == "warm"``).
 """
 
 from __future__ import annotations
