@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
+from envs.registry import COMMON_OPTIONS
 from menus import Interface, compile_menu, make_memory
 from menus.prompt import (
     command_completion,
@@ -103,9 +104,10 @@ class PretrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.walkthrough_episodes < 0:
             raise ValueError(f"walkthrough_episodes must be >= 0, got {self.walkthrough_episodes}")
-        if not 0 <= self.num_games <= 100_000:
+        most = int(COMMON_OPTIONS["num_games"].max or 0)  # the envs' own bound
+        if not 0 <= self.num_games <= most:
             raise ValueError(
-                f"num_games must be in [0, 100000] (0: the env's own), got {self.num_games}"
+                f"num_games must be in [0, {most}] (0: the env's own), got {self.num_games}"
             )
         if self.walkthrough_max_steps < 1:
             raise ValueError(
