@@ -1,21 +1,57 @@
-import json,glob,sys,statistics as s
-def runs(pat):
-    out=[]
-    for d in sorted(glob.glob(pat)):
-        try: e=json.load(open(d+'/eval.json'))
-        except Exception: continue
-        if 'after' not in e: continue
-        rows=[json.loads(l) for l in open(d+'/metrics.jsonl')]
-        rows=[r for r in rows if 'success' in r and 'entropy' in r]
-        out.append((e['before']['success'],e['after']['success'],rows))
-    return out
-def line(name,pat):
-    rs=runs(pat)
-    if not rs: print(name,'none'); return
-    b=s.mean(r[0] for r in rs); a=[r[1] for r in rs]
-    def first_last(k,n=5):
-        return s.mean(s.mean(r[k] for r in rows[:n]) for _,_,rows in rs), s.mean(s.mean(r[k] for r in rows[-n:]) for _,_,rows in rs)
-    ts=first_last('success'); pb=first_last('label_marginal_kl_uniform',3); en=first_last('entropy',3)
-    print(f"{name:28s} n={len(rs)} before {b:.2f} after {s.mean(a):.2f} seeds {' '.join(f'{x:.2f}' for x in a)} | train succ first5 {ts[0]:.2f} last5 {ts[1]:.2f} | posbias {pb[0]:.2f}->{pb[1]:.2f} | ent {en[0]:.2f}->{en[1]:.2f}")
-for name,pat in [a.split('=',1) for a in sys.argv[1:]]:
-    line(name,pat)
+"""One line per group of runs: held-out success before/after (mean and per seed), and
+the mean over seeds of training success (first/last 5 iterations), position bias and
+row entropy (first/last 3 iterations), from each run's eval.json and metrics.jsonl.
+
+    python summarise.py "NAME=runs/step/runs/*" ...
+
+A run without an "after" evaluation (unfinished) is skipped.
+"""
+
+import glob
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def finished_runs(pattern):
+    runs = []
+    for run in sorted(Path(p) for p in glob.glob(pattern)):
+        evaluation = run / "eval.json"
+        if not evaluation.exists():
+            continue
+        result = json.loads(evaluation.read_text())
+        if "after" not in result:
+            continue
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+        rows = [row for row in rows if "success" in row and "entropy" in row]
+        runs.append((result["before"]["success"], result["after"]["success"], rows))
+    return runs
+
+
+def first_last(runs, key, n):
+    first = statistics.mean(statistics.mean(r[key] for r in rows[:n]) for _, _, rows in runs)
+    last = statistics.mean(statistics.mean(r[key] for r in rows[-n:]) for _, _, rows in runs)
+    return first, last
+
+
+def line(name, pattern):
+    runs = finished_runs(pattern)
+    if not runs:
+        return f"{name} none"
+    before = statistics.mean(r[0] for r in runs)
+    after = [r[1] for r in runs]
+    train = first_last(runs, "success", 5)
+    bias = first_last(runs, "label_marginal_kl_uniform", 3)
+    entropy = first_last(runs, "entropy", 3)
+    seeds = " ".join(f"{x:.2f}" for x in after)
+    return (
+        f"{name:28s} n={len(runs)} before {before:.2f} after {statistics.mean(after):.2f} "
+        f"seeds {seeds} | train succ first5 {train[0]:.2f} last5 {train[1]:.2f} | "
+        f"posbias {bias[0]:.2f}->{bias[1]:.2f} | ent {entropy[0]:.2f}->{entropy[1]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    for argument in sys.argv[1:]:
+        print(line(*argument.split("=", 1)))
