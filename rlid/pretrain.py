@@ -25,13 +25,22 @@ training games the corpus draws from. What the walkthrough corpus needs most is
 1,000 walkthrough episodes over the 16 games gave 0.66 held-out success before RL,
 over 1,000 games 0.31, and 96 episodes over the 16 games 0.06 (README "Suite").
 
+A long build is resumable: every ``checkpoint_every`` steps the model, optimizer,
+schedule and sampling state go to ``.<out>.pretraining/`` beside the output
+(safetensors + JSON, one writer at a time); the same call with the same settings
+resumes there and ends with the same weights as an uninterrupted build.
+
 ``rlid pretrain`` caches the result in ``rlid.models.tiny_cache_dir()``;
 ``load_policy_model("tiny")`` then returns it (``model.rlid_origin == "warm"``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -140,9 +149,16 @@ def random_play_transcripts(
 
 
 def transcripts(
-    config: PretrainConfig, tokenizer: Any, interface: Interface | None = None
+    config: PretrainConfig,
+    tokenizer: Any,
+    interface: Interface | None = None,
+    *,
+    progress: bool = False,
 ) -> list[Transcript]:
-    """The corpus of :func:`random_play_transcripts`, each sequence split at its answer."""
+    """The corpus of :func:`random_play_transcripts`, each sequence split at its answer
+    (``progress``: a bar per env and kind of play)."""
+    from tqdm import tqdm
+
     interface = interface or Interface()
     labels = label_set_for(interface, tokenizer)
     rng = np.random.default_rng(config.seed)
@@ -152,7 +168,9 @@ def transcripts(
         env = envs_pkg.make(
             env_id, split="train", max_episode_steps=config.max_episode_steps, **pool
         )
-        for episode in range(config.episodes_per_env):
+        episodes = range(config.episodes_per_env)
+        bar = tqdm(episodes, desc=f"corpus: random play, {env_id}", disable=not progress)
+        for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
             texts += _play(env, seed, None, interface, labels, tokenizer, rng)
         env.close()
@@ -163,7 +181,9 @@ def transcripts(
             env = envs_pkg.make(
                 env_id, split="train", max_episode_steps=config.walkthrough_max_steps, **pool
             )
-            for seed in rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist():
+            seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
+            bar = tqdm(seeds, desc=f"corpus: walkthroughs, {env_id}", disable=not progress)
+            for seed in bar:
                 texts += _play(env, seed, "walkthrough", interface, labels, tokenizer, rng)
             env.close()
     return texts
@@ -225,7 +245,7 @@ def _play(
 
 
 def training_sequences(
-    config: PretrainConfig, tokenizer: Any
+    config: PretrainConfig, tokenizer: Any, *, progress: bool = False
 ) -> list[tuple[list[int], list[float]]]:
     """The corpus as ``(token ids + EOS, loss weights)`` pairs, a weight per token (of
     predicting it from the tokens before it): 1 for a prompt token, ``answer_weight``
@@ -233,7 +253,7 @@ def training_sequences(
     ``random_answers`` is off. Sequences over ``max_tokens`` are dropped."""
     eos = tokenizer.eos_token_id
     seqs: list[tuple[list[int], list[float]]] = []
-    for t in transcripts(config, tokenizer):
+    for t in transcripts(config, tokenizer, progress=progress):
         ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
         if len(ids) > config.max_tokens:
             continue
@@ -261,21 +281,145 @@ def weighted_lm_loss(
     return (ce * w).sum() / w.sum().clamp_min(1e-8)
 
 
+CHECKPOINT_EVERY = 200
+"""Default steps between two saves of an unfinished build (``checkpoint_every``)."""
+
+_PROGRESS = "progress"  # the checkpoint directory inside the work directory
+
+
+def work_dir(out: Path) -> Path:
+    """Where an unfinished build into ``out`` keeps its checkpoint: ``.<name>.pretraining``
+    beside it (removed when the build finishes)."""
+    out = Path(out)
+    return out.parent / f".{out.name}.pretraining"
+
+
+def _same_build(config: PretrainConfig) -> dict[str, Any]:
+    """The settings a resumed build must share (threads only change the speed)."""
+    settings = asdict(config)
+    settings.pop("threads")
+    settings["envs"] = list(settings["envs"])
+    return settings
+
+
+def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
+    digest = hashlib.sha256()
+    for ids, weights in seqs:
+        digest.update(json.dumps([ids, weights]).encode())
+    return digest.hexdigest()
+
+
+def _save_progress(work: Path, state: dict[str, Any]) -> None:
+    """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
+    from rlid.runs.files import make_temp_dir
+    from rlid.runs.state import save_state
+
+    tmp = make_temp_dir(work, ".progress.")
+    try:
+        save_state(tmp / "state", state)
+        final, old = work / _PROGRESS, work / f".{_PROGRESS}.old"
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _load_progress(work: Path) -> dict[str, Any] | None:
+    """The saved state of an unfinished build, or None (also after a kill between the
+    two renames of a save: the previous checkpoint is then the one left)."""
+    from rlid.runs.state import load_state
+
+    for name in (_PROGRESS, f".{_PROGRESS}.old"):
+        if (work / name / "state.json").is_file():
+            state = load_state(work / name / "state")
+            if not isinstance(state, dict) or "step" not in state:
+                raise ValueError(f"{work / name} is not a pretraining checkpoint")
+            return dict(state)
+    return None
+
+
+def _check_resumable(
+    saved: dict[str, Any], config: PretrainConfig, digest: str, work: Path
+) -> None:
+    theirs, ours = saved.get("settings", {}), _same_build(config)
+    if theirs != ours:
+        diff = ", ".join(
+            f"{k}: {ours.get(k)!r} here, {theirs.get(k)!r} there"
+            for k in sorted(set(ours) | set(theirs))
+            if ours.get(k) != theirs.get(k)
+        )
+        raise ValueError(
+            f"{work} holds an unfinished pretraining with other settings ({diff}); rerun "
+            "with its settings to resume it, or pass --restart (restart=True) to discard it"
+        )
+    if saved.get("corpus") != digest:
+        raise ValueError(
+            f"{work} holds an unfinished pretraining over another corpus (same settings, "
+            "different transcripts: the envs or the prompt changed since); pass --restart "
+            "(restart=True) to discard it"
+        )
+
+
 def pretrain(
-    config: PretrainConfig, *, out: Path | None = None, progress: bool = True
+    config: PretrainConfig,
+    *,
+    out: Path | None = None,
+    progress: bool = True,
+    checkpoint_every: int = CHECKPOINT_EVERY,
+    restart: bool = False,
 ) -> dict[str, Any]:
-    """Pretrain the fresh tiny model; save it atomically to ``out`` (default: the cache)."""
+    """Pretrain the fresh tiny model; save it atomically to ``out`` (default: the cache).
+
+    Every ``checkpoint_every`` steps (0: never) the build's state is saved in
+    :func:`work_dir`; a later call with the same settings resumes from it and ends
+    bit-identical to an uninterrupted build (same threads). ``restart`` discards it.
+    Settings that differ from the saved ones raise ``ValueError``; a second process
+    building into the same ``out`` raises :class:`rlid.runs.lock.RunLockedError`.
+    """
+    from rlid.models import tiny_cache_dir
+    from rlid.runs.lock import RunLock
+
+    if checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+    target = Path(out) if out is not None else tiny_cache_dir()
+    work = work_dir(target)
+    work.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(work, "rlid pretrain").acquire()
+    try:
+        info = _pretrain_locked(
+            config, target, work, progress=progress, every=checkpoint_every, restart=restart
+        )
+    finally:
+        lock.release()
+    shutil.rmtree(work, ignore_errors=True)
+    return info
+
+
+def _pretrain_locked(
+    config: PretrainConfig, target: Path, work: Path, *, progress: bool, every: int, restart: bool
+) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from rlid.models import build_tiny_model, save_policy_model, tiny_cache_dir
+    from rlid.models import build_tiny_model, save_policy_model
     from rlid.tokenizer import build_tiny_tokenizer
 
     torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
+    if restart:
+        for name in (_PROGRESS, f".{_PROGRESS}.old"):
+            shutil.rmtree(work / name, ignore_errors=True)
+    saved = _load_progress(work)
+    if saved is not None and saved.get("settings") != _same_build(config):
+        _check_resumable(saved, config, "", work)  # fail before building the corpus
     tokenizer = build_tiny_tokenizer()
-    seqs = training_sequences(config, tokenizer)
+    seqs = training_sequences(config, tokenizer, progress=progress)
     if not seqs:
         raise ValueError("no transcript fits max_tokens; raise --max-tokens")
+    digest = _corpus_digest(seqs)
     model = build_tiny_model(tokenizer, seed=config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
@@ -286,8 +430,29 @@ def pretrain(
     gen = torch.Generator().manual_seed(config.seed)
     pad = tokenizer.pad_token_id
     losses: list[float] = []
-    bar = tqdm(range(config.steps), desc="pretrain", unit="step", disable=not progress)
-    for _ in bar:
+    start, spent = 0, 0.0
+    if saved is not None:
+        _check_resumable(saved, config, digest, work)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        gen.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        start, losses, spent = int(saved["step"]), list(saved["losses"]), float(saved["seconds"])
+        print(
+            f"rlid pretrain: resuming at step {start} of {config.steps} from {work}",
+            file=sys.stderr,
+            flush=True,
+        )
+    bar = tqdm(
+        range(start, config.steps),
+        initial=start,
+        total=config.steps,
+        desc="pretrain",
+        unit="step",
+        disable=not progress,
+    )
+    for step in bar:
         idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
         batch = [seqs[i] for i in idx]
         t_max = max(len(s) for s, _ in batch)
@@ -311,15 +476,32 @@ def pretrain(
         schedule.step()
         losses.append(float(loss.detach()))
         bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        done = step + 1
+        if every and done % every == 0 and done < config.steps:
+            _save_progress(
+                work,
+                {
+                    "step": done,
+                    "settings": _same_build(config),
+                    "corpus": digest,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "generator": gen.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "losses": losses,
+                    "seconds": spent + time.perf_counter() - t0,
+                },
+            )
     model.eval()
-    target = Path(out) if out is not None else tiny_cache_dir()
     save_policy_model(model, tokenizer, target)
     info = {
         "config": asdict(config),
         "sequences": len(seqs),
         "first_loss": float(np.mean(losses[:10])),
         "final_loss": float(np.mean(losses[-20:])),
-        "seconds": time.perf_counter() - t0,
+        "seconds": spent + time.perf_counter() - t0,
+        "resumed_at_step": start,
         "path": str(target),
     }
     (target / "pretrain.json").write_text(json.dumps(info, indent=2))

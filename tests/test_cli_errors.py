@@ -257,3 +257,26 @@ def test_compare_out_is_locked(tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys):
+    from rlid.pretrain import work_dir
+
+    work = work_dir(tmp_path / "model")
+    work.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
+         "RunLock(sys.argv[1], 'rlid pretrain').acquire()\nprint('held', flush=True)\n"
+         "time.sleep(60)\n", str(work)],
+        env=ENV, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        argv = ["pretrain", "--envs", "keydoor", "--episodes", "1", "--steps", "1", "--quiet"]
+        assert cli_main([*argv, "--out", str(tmp_path / "model")]) == 2
+        assert f"pid {holder.pid}" in _one_line_error(capsys)
+        assert not (tmp_path / "model").exists()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -171,6 +171,88 @@ def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
     assert mine.item() == pytest.approx(out.loss.item(), rel=1e-5)
 
 
+def _weights(path):
+    model, _ = load_policy_model(str(path))
+    return model.state_dict()
+
+
+def _crashing_pretrain(monkeypatch, at_step: int, config, out, every: int) -> None:
+    """Run :func:`pretrain` and raise KeyboardInterrupt in step ``at_step`` (1-based)."""
+    clip = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def crash(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at_step:
+            raise KeyboardInterrupt
+        return clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", crash)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pretrain(config, out=out, progress=False, checkpoint_every=every)
+    finally:
+        monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+
+
+def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkeypatch, capsys):
+    """Killed in step 6 with a checkpoint every 2 steps, the build resumes at step 4
+    and ends bit-identical to an uninterrupted one; the checkpoint is gone afterwards."""
+    import rlid.pretrain as pretrain_mod
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=7, batch_size=4,
+        threads=1, walkthrough_episodes=1, answer_weight=5.0,
+    )  # fmt: skip
+    whole = pretrain(config, out=tmp_path / "whole", progress=False, checkpoint_every=2)
+    assert whole["resumed_at_step"] == 0
+    assert not pretrain_mod.work_dir(tmp_path / "whole").exists()
+
+    _crashing_pretrain(monkeypatch, 6, config, tmp_path / "cut", every=2)
+    assert not (tmp_path / "cut").exists()  # nothing half-written where the model goes
+    assert (pretrain_mod.work_dir(tmp_path / "cut") / "progress" / "state.json").is_file()
+
+    resumed = pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=2)
+    assert "resuming at step 4 of 7" in capsys.readouterr().err
+    assert resumed["resumed_at_step"] == 4
+    assert (resumed["first_loss"], resumed["final_loss"]) == (
+        whole["first_loss"], whole["final_loss"],
+    )  # fmt: skip
+    a, b = (
+        load_policy_model(str(tmp_path / "whole"))[0],
+        load_policy_model(str(tmp_path / "cut"))[0],
+    )
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+    assert not pretrain_mod.work_dir(tmp_path / "cut").exists()
+
+
+def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_path, monkeypatch):
+    import rlid.pretrain as pretrain_mod
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=4, batch_size=2,
+        threads=1,
+    )  # fmt: skip
+    out = tmp_path / "m"
+    progress = pretrain_mod.work_dir(out) / "progress"
+    _crashing_pretrain(monkeypatch, 3, config, out, every=1)
+    other = PretrainConfig(**{**config.__dict__, "steps": 5})
+    with pytest.raises(ValueError, match=r"steps: 5 here, 4 there.*--restart"):
+        pretrain(other, out=out, progress=False)
+    assert progress.is_dir() and not out.exists()  # kept, not mixed
+    # another thread count resumes the same build (it changes the speed, not the recipe)
+    same = PretrainConfig(**{**config.__dict__, "threads": 2})
+    assert pretrain(same, out=out, progress=False)["resumed_at_step"] == 2
+    # restart discards the checkpoint and starts from step 0
+    _crashing_pretrain(monkeypatch, 3, config, out, every=1)
+    assert progress.is_dir()
+    info = pretrain(other, out=out, progress=False, restart=True)
+    assert info["resumed_at_step"] == 0 and info["config"]["steps"] == 5
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        pretrain(config, out=tmp_path / "n", progress=False, checkpoint_every=-1)
+
+
 def test_pretrain_config_rejects_bad_values():
     with pytest.raises(ValueError, match="steps"):
         PretrainConfig(steps=0)

@@ -18,7 +18,13 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         print(f"warm-started tiny model already cached at {target} (use --force to redo)")
         return 0
     config = PretrainConfig(**given_values(args, PretrainConfig))
-    info = pretrain(config, out=target, progress=not args.quiet)
+    info = pretrain(
+        config,
+        out=target,
+        progress=not args.quiet,
+        checkpoint_every=args.checkpoint_every,
+        restart=args.restart,
+    )
     source = "random-play and walkthrough" if config.walkthrough_episodes else "random-play"
     print(
         f"pretrained on {info['sequences']} {source} sequences in {info['seconds']:.0f}s: "
@@ -37,4 +43,17 @@ def add_pretrain_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write here instead of the warm-start cache")
     p.add_argument("--force", action="store_true", help="pretrain again even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=_pretrain_mod.CHECKPOINT_EVERY,
+        metavar="N",
+        help="save the unfinished build every N steps beside the output, so that the same "
+        "command resumes it after a crash or Ctrl-C (0: never; default %(default)s)",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard an unfinished build of this output and start from step 0",
+    )
     p.set_defaults(func=_cmd_pretrain)
