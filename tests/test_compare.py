@@ -490,3 +490,43 @@ def test_the_report_counts_training_prompts_shortened_and_menus_truncated():
     older = run(0, 0)  # a run written before the counter existed reads as 0
     del older["final_budget"]["truncated_menus"]
     assert summarise_arm([older])["invalid"]["train_truncated_rate"] == 0.0
+
+
+def test_eval_of_a_model_on_a_setting_is_that_comparisons_before_row(tmp_path, capsys):
+    """``rlid eval --model M --config CMP.toml --setting S`` plays S exactly as the
+    comparison evaluates it: with M = the arms' start model, its numbers are the
+    comparison's "before" row (and a candidate warm start is measured the same way)."""
+    data = tiny_comparison(
+        arms={"decision": {"plane": "decision"}},
+        heldout_episodes=3,
+        envs=[{"id": "keydoor", "options": dict(TINY_ENV)}, {"id": "crafting", "name": "craft"}],
+    )
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(data))
+    compare = parse_compare_config(data).select(envs=["keydoor"])
+    compare_mod.run_comparison(compare, tmp_path / "out", progress=False, say=lambda m: None)
+    run = compare.runs()[0]
+    before = json.loads((tmp_path / "out" / "runs" / run.name / "eval.json").read_text())["before"]
+    argv = ["eval", "--model", "tiny", "--config", str(path), "--setting", "keydoor", "--json"]
+    assert cli_main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["episodes"] == 3  # the comparison's held-out count
+    assert {k: printed[k] for k in before} == before
+    assert cli_main([*argv, "--arm", "decision", "--episodes", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 1
+
+    # mistakes are one line each, naming what there is
+    def error(*args: str) -> str:
+        assert cli_main(["eval", "--model", "tiny", *args]) == 2
+        return capsys.readouterr().err
+
+    assert "is a comparison config" in error("--config", str(path))
+    assert "this config has: keydoor, craft" in error("--config", str(path), "--setting", "nope")
+    assert "this config has: decision" in error(
+        "--config", str(path), "--setting", "craft", "--arm", "nope"
+    )
+    assert "give --config" in error("--setting", "keydoor")
+    assert "drop --env" in error("--config", str(path), "--setting", "craft", "--env", "keydoor")
+    assert "no arm of the token plane" in error(
+        "--config", str(path), "--setting", "craft", "--plane", "token"
+    )

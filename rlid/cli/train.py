@@ -67,18 +67,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if (args.run is None) == (args.model is None):
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
-    common = dict(split=args.split, episodes=args.episodes, greedy=not args.sample, seed=args.seed)
     if args.run is not None:
-        extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane))
-                 if value is not None]  # fmt: skip
+        extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane),
+                 ("--setting", args.setting), ("--arm", args.arm)) if value is not None]  # fmt: skip
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --model; a run has its own config")
+        episodes = 32 if args.episodes is None else args.episodes
+        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed)
         stats = evaluate_run(
             Path(args.run), env=args.env, env_options=parse_option_strings(args.env_option),
             **common,
         )  # fmt: skip
     else:
-        stats = evaluate_model(model_eval_config(args), **common)
+        config, episodes = model_eval_config(args)
+        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed)
+        stats = evaluate_model(config, **common)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
@@ -87,21 +90,70 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def model_eval_config(args: argparse.Namespace) -> Any:
+def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     """``rlid eval --model``: the TrainConfig whose plane, interface, env and hardware
-    the model is played with: ``--config FILE.toml`` (as for ``rlid train``) < flags."""
+    the model is played with, and the number of episodes: ``--config FILE.toml`` (as
+    for ``rlid train``) < flags; or, with ``--setting``, a comparison's run config."""
     from envs.registry import parse_option_strings
     from rlid.config import config_from_values, read_toml
 
+    if args.setting is not None or args.arm is not None:
+        return setting_eval_config(args)
     data: dict[str, Any] = {}
     if args.config is not None:
         data = read_toml(Path(args.config), "config file")
+        if "arms" in data and "envs" in data:
+            raise ValueError(
+                f"{args.config} is a comparison config (rlid compare); name one of its "
+                "settings with --setting NAME (and an arm with --arm NAME)"
+            )
     options = dict(data.pop("env_options", {}) or {})
     if args.env is not None and args.env != data.get("env"):
         options = {}  # the file's options belong to the file's env
     flags = {key: getattr(args, key) for key in ("env", "plane") if getattr(args, key) is not None}
     options.update(parse_option_strings(args.env_option))
-    return config_from_values({**data, **flags, "env_options": options}, model=args.model)
+    config = config_from_values({**data, **flags, "env_options": options}, model=args.model)
+    return config, 32 if args.episodes is None else args.episodes
+
+
+def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
+    """``rlid eval --model M --config CMP.toml --setting S [--arm A]``: the config the
+    comparison trains arm ``A`` on setting ``S`` with (its interface, options, step
+    limit and evaluation), with ``M`` as the model: the "before" number that
+    ``rlid compare`` would report for ``M`` there. ``A`` defaults to the file's first
+    arm of ``--plane`` (default decision); episodes default to its held-out count."""
+    from dataclasses import replace
+
+    from rlid.compare.config import build_train_config
+    from rlid.compare.parse import load_compare_config
+    from rlid.config import TrainConfig
+
+    if args.config is None or args.setting is None:
+        raise ValueError("--setting and --arm name parts of a comparison: give --config CMP.toml")
+    mixed = [flag for flag, given in (("--env", args.env), ("--env-option", args.env_option))
+             if given]  # fmt: skip
+    if mixed:
+        raise ValueError(f"--setting fixes the env and its options; drop {', '.join(mixed)}")
+    compare = load_compare_config(Path(args.config))
+    plane = args.plane or "decision"
+    if args.arm is None:
+        arms = [a for a in compare.arms if a.plane == plane]
+        if not arms:
+            raise ValueError(f"{args.config} has no arm of the {plane} plane; name one with --arm")
+        arm_name = arms[0].name
+    else:
+        arm_name = args.arm
+    compare = compare.select(arms=[arm_name], envs=[args.setting])
+    arm, env = compare.arms[0], compare.envs[0]
+    if args.plane is not None and arm.plane != args.plane:
+        raise ValueError(f"arm {arm.name} is of the {arm.plane} plane, not {args.plane}")
+    # the arm's own start model is replaced: it need not exist to evaluate another one
+    arm = replace(arm, options={**arm.options, "model": args.model})
+    config: TrainConfig = build_train_config(compare, arm, env, compare.seeds[0])
+    if not env.heldout_matches_train and args.split == "heldout":
+        config = replace(config, env_options=dict(env.heldout_options))
+    episodes = compare.heldout_episodes if args.episodes is None else args.episodes
+    return config, episodes
 
 
 def add_train_parsers(sub: argparse._SubParsersAction) -> None:
@@ -127,7 +179,9 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
             "Play N episodes with the last checkpoint of a run (--run DIR), or with a model "
             "before any training (--model tiny|tiny-random|DIR): the same evaluation as a "
             "run's before/after rows. With --model, the plane, interface and hardware come "
-            "from --config FILE.toml (a `rlid train` config) and the flags."
+            "from --config FILE.toml (a `rlid train` config) and the flags; or from a "
+            "comparison's file (`rlid compare --config`) with --setting NAME [--arm NAME], "
+            "which plays that setting exactly as the comparison evaluates it."
         ),
     )
     what = e.add_mutually_exclusive_group()
@@ -145,7 +199,18 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--env", default=None, help="env id (default: the run's or config's env)")
     add_env_option_argument(e, help="env option (repeatable; default: the run's options)")
     e.add_argument("--split", default="heldout", choices=["train", "heldout"], help="game split")
-    e.add_argument("--episodes", type=int, default=32, help="episodes to play")
+    e.add_argument(
+        "--setting", default=None, help="with --model and a comparison --config (as for "
+        "`rlid compare`): play that setting exactly as the comparison evaluates it",
+    )  # fmt: skip
+    e.add_argument(
+        "--arm", default=None, help="with --setting: the arm whose plane, interface and "
+        "options are used (default: the file's first arm of --plane)",
+    )  # fmt: skip
+    e.add_argument(
+        "--episodes", type=int, default=None,
+        help="episodes to play (default 32; with --setting the comparison's held-out count)",
+    )  # fmt: skip
     e.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
     e.add_argument("--seed", type=int, default=0, help="evaluation seed")
     e.add_argument("--json", action="store_true", help="print one JSON object")
