@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -73,7 +74,9 @@ class PretrainConfig:
     derives its flags from these fields."""
 
     envs: tuple[str, ...] = _f(
-        DEFAULT_ENVS, "env ids whose training games are played at random (space or comma separated)"
+        DEFAULT_ENVS,
+        "env ids whose training games are played (space or comma separated); ENV[k=v,...] "
+        "plays them with those options, e.g. 'keydoor[size=5,keys=2]'",
     )
     episodes_per_env: int = _f(48, "random-play episodes per env", aliases=("--episodes",))
     max_episode_steps: int = _f(12, "cap per random episode (short: prompts, not solutions)")
@@ -106,8 +109,8 @@ class PretrainConfig:
     threads: int = _f(2, "torch CPU threads")
 
     def __post_init__(self) -> None:
-        envs = tuple(part.strip() for item in self.envs for part in str(item).split(","))
-        object.__setattr__(self, "envs", tuple(e for e in envs if e))
+        envs = tuple(part for item in self.envs for part in split_env_entries(str(item)))
+        object.__setattr__(self, "envs", envs)
         for name in ("episodes_per_env", "max_episode_steps", "steps", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -126,8 +129,8 @@ class PretrainConfig:
             raise ValueError(f"answer_weight must be > 0, got {self.answer_weight}")
         if not self.envs:
             raise ValueError("give at least one env id to play")
-        for env_id in self.envs:
-            envs_pkg.get_spec(env_id)  # unknown ids fail listing the valid ones
+        for entry in self.envs:
+            parse_env_entry(entry)  # unknown ids and options fail listing the valid ones
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,49 @@ class Transcript:
     prompt: str
     answer: str
     guided: bool
+
+
+_RESERVED = ("split", "num_games", "max_episode_steps", "game_seed")
+_ENTRY = re.compile(r"([A-Za-z0-9_.-]+)(?:\[([^\[\]]*)\])?")
+
+
+def split_env_entries(text: str) -> list[str]:
+    """``"keydoor[size=5,keys=2], crafting"`` -> ``["keydoor[size=5,keys=2]", "crafting"]``:
+    split on commas and spaces outside brackets (spaces inside are dropped)."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            raise ValueError(f"env entry {text!r}: unbalanced brackets")
+        if depth == 0 and char in ", \t\n":
+            parts.append(current)
+            current = ""
+        elif not (depth and char.isspace()):
+            current += char
+    if depth:
+        raise ValueError(f"env entry {text!r}: unbalanced brackets")
+    return [part for part in [*parts, current] if part]
+
+
+def parse_env_entry(entry: str) -> tuple[str, dict[str, Any]]:
+    """``"keydoor[size=5,keys=2]"`` -> ``("keydoor", {"size": 5, "keys": 2})``, checked
+    against the env's option table. The corpus sets the split, the pool and the step
+    caps itself, so those options are refused here."""
+    from envs.registry import parse_option_strings
+
+    match = _ENTRY.fullmatch(entry)
+    if match is None:
+        raise ValueError(f"env entry {entry!r}: write ENV or ENV[key=value,...]")
+    env_id, inside = match.group(1), match.group(2)
+    given = parse_option_strings([p for p in (inside or "").split(",") if p])
+    reserved = [k for k in _RESERVED if k in given]
+    if reserved:
+        raise ValueError(
+            f"env entry {entry!r}: {', '.join(reserved)} is set by the corpus itself "
+            "(--num-games, --max-episode-steps, --walkthrough-max-steps; training games only)"
+        )
+    resolved = envs_pkg.get_spec(env_id).resolve(given)  # unknown ids / bad values: clear errors
+    return env_id, {k: resolved[k] for k in given}
 
 
 def random_play_transcripts(
@@ -164,12 +210,13 @@ def transcripts(
     rng = np.random.default_rng(config.seed)
     pool = {"num_games": config.num_games} if config.num_games else {}
     texts: list[Transcript] = []
-    for env_id in config.envs:
+    for entry in config.envs:
+        env_id, options = parse_env_entry(entry)
         env = envs_pkg.make(
-            env_id, split="train", max_episode_steps=config.max_episode_steps, **pool
+            env_id, split="train", max_episode_steps=config.max_episode_steps, **pool, **options
         )
         episodes = range(config.episodes_per_env)
-        bar = tqdm(episodes, desc=f"corpus: random play, {env_id}", disable=not progress)
+        bar = tqdm(episodes, desc=f"corpus: random play, {entry}", disable=not progress)
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
             texts += _play(env, seed, None, interface, labels, tokenizer, rng)
@@ -177,12 +224,17 @@ def transcripts(
     if config.walkthrough_episodes:
         # Its own stream: the random-play part stays what it was without walkthroughs.
         rng = np.random.default_rng([config.seed, 1])
-        for env_id in config.envs:
+        for entry in config.envs:
+            env_id, options = parse_env_entry(entry)
             env = envs_pkg.make(
-                env_id, split="train", max_episode_steps=config.walkthrough_max_steps, **pool
+                env_id,
+                split="train",
+                max_episode_steps=config.walkthrough_max_steps,
+                **pool,
+                **options,
             )
             seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
-            bar = tqdm(seeds, desc=f"corpus: walkthroughs, {env_id}", disable=not progress)
+            bar = tqdm(seeds, desc=f"corpus: walkthroughs, {entry}", disable=not progress)
             for seed in bar:
                 texts += _play(env, seed, "walkthrough", interface, labels, tokenizer, rng)
             env.close()

@@ -253,6 +253,32 @@ def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_
         pretrain(config, out=tmp_path / "n", progress=False, checkpoint_every=-1)
 
 
+def test_env_entries_with_options_play_those_games():
+    from rlid.pretrain import parse_env_entry, split_env_entries
+
+    assert split_env_entries("keydoor[size=4, keys=2], crafting tw-simple[goal=brief]") == [
+        "keydoor[size=4,keys=2]", "crafting", "tw-simple[goal=brief]",
+    ]  # fmt: skip
+    assert parse_env_entry("keydoor[size=4,keys=2]") == ("keydoor", {"size": 4, "keys": 2})
+    assert parse_env_entry("crafting") == ("crafting", {})
+    config = PretrainConfig(envs=("keydoor[size=4,keys=2],keydoor",))
+    assert config.envs == ("keydoor[size=4,keys=2]", "keydoor")
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(episodes_per_env=1, max_episode_steps=2, walkthrough_episodes=2)
+    texts = random_play_transcripts(
+        PretrainConfig(envs=("keydoor[size=4,keys=2]",), **base), tokenizer
+    )
+    commands = [t.rsplit("\nCommand: ", 1)[1].strip() for t in texts if "\nAnswer: " in t]
+    rng = np.random.default_rng([0, 1])  # the walkthrough stream of the corpus
+    env = envs.make("keydoor", split="train", max_episode_steps=64, size=4, keys=2)
+    expected = []
+    for seed in rng.integers(2**31 - 1, size=2).tolist():
+        expected += list(env.reset(seed=seed)[1]["walkthrough"])
+    assert commands[-len(expected) :] == expected  # the walkthroughs of the size-4 games
+    assert sum(c.startswith("unlock") for c in expected) == 4  # two keys per game, two games
+
+
 def test_pretrain_config_rejects_bad_values():
     with pytest.raises(ValueError, match="steps"):
         PretrainConfig(steps=0)
@@ -262,6 +288,14 @@ def test_pretrain_config_rejects_bad_values():
         PretrainConfig(answer_weight=0)
     with pytest.raises(ValueError, match="valid ids"):
         PretrainConfig(envs=("nope",))
+    with pytest.raises(ValueError, match="expected int"):
+        PretrainConfig(envs=("keydoor[size=x]",))
+    with pytest.raises(ValueError, match="set by the corpus itself"):
+        PretrainConfig(envs=("keydoor[max_episode_steps=4]",))
+    with pytest.raises(ValueError, match="unbalanced brackets"):
+        PretrainConfig(envs=("keydoor[size=4",))
+    with pytest.raises(ValueError, match="valid options"):
+        PretrainConfig(envs=("keydoor[rooms=2]",))
 
 
 def _limited_model(tokenizer, limit: int):
