@@ -447,7 +447,9 @@ def pretrain(
         )
     finally:
         lock.release()
-    shutil.rmtree(work, ignore_errors=True)
+        if not any((work / name).exists() for name in (_PROGRESS, f".{_PROGRESS}.old")):
+            shutil.rmtree(work, ignore_errors=True)  # nothing to resume: leave nothing behind
+    shutil.rmtree(work, ignore_errors=True)  # finished: the checkpoint is spent
     return info
 
 

@@ -251,6 +251,10 @@ def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_
     assert info["resumed_at_step"] == 0 and info["config"]["steps"] == 5
     with pytest.raises(ValueError, match="checkpoint_every"):
         pretrain(config, out=tmp_path / "n", progress=False, checkpoint_every=-1)
+    # a build that fails before its first checkpoint leaves nothing beside the output
+    with pytest.raises(ValueError, match="max-tokens"):
+        pretrain(PretrainConfig(**{**config.__dict__, "max_tokens": 5}), out=tmp_path / "n")
+    assert not pretrain_mod.work_dir(tmp_path / "n").exists() and not (tmp_path / "n").exists()
 
 
 def test_env_entries_with_options_play_those_games():
