@@ -363,12 +363,14 @@ def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
 
 def _save_progress(work: Path, state: dict[str, Any]) -> None:
     """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
-    from rlid.runs.files import make_temp_dir
+    from rlid.runs.files import make_temp_dir, umask
     from rlid.runs.state import save_state
 
     tmp = make_temp_dir(work, ".progress.")
     try:
         save_state(tmp / "state", state)
+        for path in [tmp, *tmp.iterdir()]:  # safetensors writes 0600: follow the umask
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
         final, old = work / _PROGRESS, work / f".{_PROGRESS}.old"
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)

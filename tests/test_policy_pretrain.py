@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -210,7 +212,11 @@ def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkey
 
     _crashing_pretrain(monkeypatch, 6, config, tmp_path / "cut", every=2)
     assert not (tmp_path / "cut").exists()  # nothing half-written where the model goes
-    assert (pretrain_mod.work_dir(tmp_path / "cut") / "progress" / "state.json").is_file()
+    saved = pretrain_mod.work_dir(tmp_path / "cut") / "progress"
+    assert (saved / "state.json").is_file()
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (saved / "state.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask  # shareable
 
     resumed = pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=2)
     assert "resuming at step 4 of 7" in capsys.readouterr().err
