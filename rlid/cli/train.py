@@ -149,9 +149,8 @@ def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
         raise ValueError(f"arm {arm.name} is of the {arm.plane} plane, not {args.plane}")
     # the arm's own start model is replaced: it need not exist to evaluate another one
     arm = replace(arm, options={**arm.options, "model": args.model})
+    # the setting's training options, as the trainer's own "before" evaluation uses
     config: TrainConfig = build_train_config(compare, arm, env, compare.seeds[0])
-    if not env.heldout_matches_train and args.split == "heldout":
-        config = replace(config, env_options=dict(env.heldout_options))
     episodes = compare.heldout_episodes if args.episodes is None else args.episodes
     return config, episodes
 
