@@ -336,7 +336,7 @@ def weighted_lm_loss(
 CHECKPOINT_EVERY = 200
 """Default steps between two saves of an unfinished build (``checkpoint_every``)."""
 
-_PROGRESS = "progress"  # the checkpoint directory inside the work directory
+_PROGRESS_DIRS = ("progress", ".progress.old")  # the checkpoint, and the one it replaces
 
 
 def work_dir(out: Path) -> Path:
@@ -363,15 +363,15 @@ def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
 
 def _save_progress(work: Path, state: dict[str, Any]) -> None:
     """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
-    from rlid.runs.files import make_temp_dir, umask
+    from rlid.runs.dir import apply_umask
+    from rlid.runs.files import make_temp_dir
     from rlid.runs.state import save_state
 
     tmp = make_temp_dir(work, ".progress.")
     try:
         save_state(tmp / "state", state)
-        for path in [tmp, *tmp.iterdir()]:  # safetensors writes 0600: follow the umask
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
-        final, old = work / _PROGRESS, work / f".{_PROGRESS}.old"
+        apply_umask(tmp)
+        final, old = (work / name for name in _PROGRESS_DIRS)
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
@@ -387,7 +387,7 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
     two renames of a save: the previous checkpoint is then the one left)."""
     from rlid.runs.state import load_state
 
-    for name in (_PROGRESS, f".{_PROGRESS}.old"):
+    for name in _PROGRESS_DIRS:
         if (work / name / "state.json").is_file():
             state = load_state(work / name / "state")
             if not isinstance(state, dict) or "step" not in state:
@@ -396,9 +396,7 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
     return None
 
 
-def _check_resumable(
-    saved: dict[str, Any], config: PretrainConfig, digest: str, work: Path
-) -> None:
+def _check_settings(saved: dict[str, Any], config: PretrainConfig, work: Path) -> None:
     theirs, ours = saved.get("settings", {}), _same_build(config)
     if theirs != ours:
         diff = ", ".join(
@@ -410,6 +408,9 @@ def _check_resumable(
             f"{work} holds an unfinished pretraining with other settings ({diff}); rerun "
             "with its settings to resume it, or pass --restart (restart=True) to discard it"
         )
+
+
+def _check_corpus(saved: dict[str, Any], digest: str, work: Path) -> None:
     if saved.get("corpus") != digest:
         raise ValueError(
             f"{work} holds an unfinished pretraining over another corpus (same settings, "
@@ -443,15 +444,17 @@ def pretrain(
     work = work_dir(target)
     work.mkdir(parents=True, exist_ok=True)
     lock = RunLock(work, "rlid pretrain").acquire()
+    finished = False
     try:
         info = _pretrain_locked(
             config, target, work, progress=progress, every=checkpoint_every, restart=restart
         )
+        finished = True
     finally:
         lock.release()
-        if not any((work / name).exists() for name in (_PROGRESS, f".{_PROGRESS}.old")):
-            shutil.rmtree(work, ignore_errors=True)  # nothing to resume: leave nothing behind
-    shutil.rmtree(work, ignore_errors=True)  # finished: the checkpoint is spent
+        # finished: the checkpoint is spent; failed before one: nothing to resume
+        if finished or not any((work / name).exists() for name in _PROGRESS_DIRS):
+            shutil.rmtree(work, ignore_errors=True)
     return info
 
 
@@ -466,11 +469,11 @@ def _pretrain_locked(
     torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
     if restart:
-        for name in (_PROGRESS, f".{_PROGRESS}.old"):
+        for name in _PROGRESS_DIRS:
             shutil.rmtree(work / name, ignore_errors=True)
     saved = _load_progress(work)
-    if saved is not None and saved.get("settings") != _same_build(config):
-        _check_resumable(saved, config, "", work)  # fail before building the corpus
+    if saved is not None:
+        _check_settings(saved, config, work)  # fail before building the corpus
     tokenizer = build_tiny_tokenizer()
     seqs = training_sequences(config, tokenizer, progress=progress)
     if not seqs:
@@ -488,7 +491,7 @@ def _pretrain_locked(
     losses: list[float] = []
     start, spent = 0, 0.0
     if saved is not None:
-        _check_resumable(saved, config, digest, work)
+        _check_corpus(saved, digest, work)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         schedule.load_state_dict(saved["schedule"])

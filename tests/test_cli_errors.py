@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -239,24 +241,31 @@ def test_compare_out_refuses_a_directory_that_is_not_a_comparison(tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == ["report.md"]
 
 
+@contextlib.contextmanager
+def _locked_by_another_process(directory: Path, purpose: str) -> Iterator[int]:
+    """Hold ``directory``'s run lock in a child process; yield its pid."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
+         "RunLock(sys.argv[1], sys.argv[2]).acquire()\nprint('held', flush=True)\n"
+         "time.sleep(60)\n", str(directory), purpose],
+        env=ENV, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_compare_out_is_locked(tmp_path, capsys):
     path = _compare_toml(tmp_path / "c.toml")
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
-         "RunLock(sys.argv[1], 'rlid compare').acquire()\nprint('held', flush=True)\n"
-         "time.sleep(60)\n", str(out)],
-        env=ENV, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _locked_by_another_process(out, "rlid compare") as pid:
         assert cli_main(["compare", "--config", str(path), "--out", str(out), "--quiet"]) == 2
-        assert f"pid {holder.pid}" in _one_line_error(capsys)
-    finally:
-        holder.kill()
-        holder.wait()
+        assert f"pid {pid}" in _one_line_error(capsys)
 
 
 def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys):
@@ -264,19 +273,8 @@ def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys
 
     work = work_dir(tmp_path / "model")
     work.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
-         "RunLock(sys.argv[1], 'rlid pretrain').acquire()\nprint('held', flush=True)\n"
-         "time.sleep(60)\n", str(work)],
-        env=ENV, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _locked_by_another_process(work, "rlid pretrain") as pid:
         argv = ["pretrain", "--envs", "keydoor", "--episodes", "1", "--steps", "1", "--quiet"]
         assert cli_main([*argv, "--out", str(tmp_path / "model")]) == 2
-        assert f"pid {holder.pid}" in _one_line_error(capsys)
+        assert f"pid {pid}" in _one_line_error(capsys)
         assert not (tmp_path / "model").exists()
-    finally:
-        holder.kill()
-        holder.wait()

@@ -173,11 +173,6 @@ def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
     assert mine.item() == pytest.approx(out.loss.item(), rel=1e-5)
 
 
-def _weights(path):
-    model, _ = load_policy_model(str(path))
-    return model.state_dict()
-
-
 def _crashing_pretrain(monkeypatch, at_step: int, config, out, every: int) -> None:
     """Run :func:`pretrain` and raise KeyboardInterrupt in step ``at_step`` (1-based)."""
     clip = torch.nn.utils.clip_grad_norm_

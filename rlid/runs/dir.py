@@ -163,7 +163,7 @@ def save_checkpoint(
             {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
-        _apply_umask(tmp)  # some writers (safetensors) create private 0600 files
+        apply_umask(tmp)  # some writers (safetensors) create private 0600 files
         old = None
         if final.exists():
             old = run_dir / f".checkpoint.old.{os.getpid()}"
@@ -195,7 +195,8 @@ def _retire_checkpoint(run_dir: Path, old: Path, keep: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _apply_umask(root: Path) -> None:
+def apply_umask(root: Path) -> None:
+    """Give ``root`` and everything under it umask permissions (safetensors writes 0600)."""
     mask = umask()
     for path in [root, *root.rglob("*")]:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
