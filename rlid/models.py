@@ -26,11 +26,14 @@ tokenizer) exists for tests and benchmarks that need a bigger random model.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import sys
 import uuid
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -304,6 +307,27 @@ def _check_model_dir(name_or_path: str | os.PathLike[str]) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _no_weight_loading_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off for one load, whatever was imported first.
+
+    ``import rlid`` turns the bars off through the environment, but transformers reads
+    it once, when it is first imported: a program that imported transformers before
+    rlid would otherwise get the bar on stderr, in front of our own output and errors.
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            with warnings.catch_warnings():  # a hub setting may refuse, quietly
+                warnings.simplefilter("ignore")
+                hf_logging.enable_progress_bar()
+
+
 def _load_dir(path: Path, *, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model and tokenizer from a checked directory; errors name the directory."""
     try:
@@ -311,7 +335,8 @@ def _load_dir(path: Path, *, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTr
     except (OSError, ValueError, TypeError) as err:
         raise ValueError(f"could not load a tokenizer from {str(path)!r}: {err}") from err
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        with _no_weight_loading_bar():
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ValueError(f"could not load a causal LM from {str(path)!r}: {err}") from err
     tokenizer.padding_side = "left"

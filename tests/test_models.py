@@ -203,6 +203,22 @@ def test_save_then_load_round_trips(cache_dir, tok):
     assert half.dtype == torch.bfloat16
 
 
+def test_loading_shows_no_transformers_bar_even_when_it_is_on(cache_dir, tok, capfd):
+    # A program that imported transformers before rlid has its bars on; our own
+    # output and one-line errors must not get "Loading weights" in front of them.
+    from transformers.utils import logging as hf_logging
+
+    save_policy_model(build_tiny_model(tok, seed=3), tok, tiny_cache_dir())
+    capfd.readouterr()
+    hf_logging.enable_progress_bar()
+    try:
+        load_policy_model(str(tiny_cache_dir()))
+        assert hf_logging.is_progress_bar_enabled()  # the caller's setting is restored
+    finally:
+        hf_logging.disable_progress_bar()
+    assert "Loading weights" not in capfd.readouterr().err
+
+
 def test_stale_warm_cache_is_rebuilt_loudly(cache_dir, caplog):
     other = build_tiny_tokenizer()
     other.add_tokens(["<|other|>"])
