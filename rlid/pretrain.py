@@ -45,7 +45,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -60,6 +60,9 @@ from menus.prompt import (
     render_decision_target,
     render_token_prompt,
 )
+
+if TYPE_CHECKING:
+    from rlid.runs.lock import RunLock
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 
@@ -436,14 +439,12 @@ def pretrain(
     building into the same ``out`` raises :class:`rlid.runs.lock.RunLockedError`.
     """
     from rlid.models import tiny_cache_dir
-    from rlid.runs.lock import RunLock
 
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
     target = Path(out) if out is not None else tiny_cache_dir()
     work = work_dir(target)
-    work.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(work, "rlid pretrain").acquire()
+    lock = _lock_work_dir(work)
     finished = False
     try:
         info = _pretrain_locked(
@@ -451,11 +452,26 @@ def pretrain(
         )
         finished = True
     finally:
-        lock.release()
-        # finished: the checkpoint is spent; failed before one: nothing to resume
+        # finished: the checkpoint is spent; failed before one: nothing to resume.
+        # Removed while the lock is held, so that a second builder cannot be between.
         if finished or not any((work / name).exists() for name in _PROGRESS_DIRS):
-            shutil.rmtree(work, ignore_errors=True)
+            lock.remove_directory()
+        else:
+            lock.release()
     return info
+
+
+def _lock_work_dir(work: Path) -> RunLock:
+    """Create ``work`` and take its lock (again if a finishing build removed it meanwhile)."""
+    from rlid.runs.lock import RunLock
+
+    for _ in range(5):
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            return RunLock(work, "rlid pretrain").acquire()
+        except FileNotFoundError:
+            continue
+    raise RuntimeError(f"{work} keeps being removed while this build starts")
 
 
 def _pretrain_locked(

@@ -258,6 +258,30 @@ def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_
     assert not pretrain_mod.work_dir(tmp_path / "n").exists() and not (tmp_path / "n").exists()
 
 
+def test_a_finished_pretraining_removes_its_work_dir_before_dropping_the_lock(
+    tmp_path, monkeypatch
+):
+    # Removed after the release, a second builder could take the lock in between and
+    # lose its lock file and checkpoint to the first one's removal.
+    import rlid.pretrain as pretrain_mod
+    from rlid.runs.lock import RunLock
+
+    seen = []
+    remove = RunLock.remove_directory
+
+    def check_then_remove(lock):
+        seen.append(lock.held)
+        remove(lock)
+
+    monkeypatch.setattr(RunLock, "remove_directory", check_then_remove)
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=2, batch_size=2,
+        threads=1,
+    )  # fmt: skip
+    pretrain(config, out=tmp_path / "m", progress=False, checkpoint_every=1)
+    assert seen == [True] and not pretrain_mod.work_dir(tmp_path / "m").exists()
+
+
 def test_env_entries_with_options_play_those_games():
     from rlid.pretrain import parse_env_entry, split_env_entries
 

@@ -3,6 +3,7 @@ non-finite guards, append-only metrics, umask permissions."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -232,6 +233,39 @@ def test_a_newer_writer_in_the_same_process_takes_over(tmp_path):
     second.check()
     second.release()
     assert (tmp_path / ".rlid.lock").read_text() == ""
+
+
+def test_a_lock_on_a_file_removed_meanwhile_is_retaken_on_the_new_one(tmp_path, monkeypatch):
+    # A finishing holder removes its directory while still holding the lock; a writer
+    # that opened the old lock file before that gets its flock on a removed file, which
+    # guards nothing: acquire must notice and lock the file the path names now.
+    import rlid.runs.lock as lock_mod
+
+    work = tmp_path / "work"
+    work.mkdir()
+    holder = RunLock(work, "finishing").acquire()
+    (work / "progress").mkdir()
+    (work / "progress" / "state.json").write_text("{}")
+    stale_fd = os.open(work / ".rlid.lock", os.O_RDWR)  # opened before the removal
+    holder.remove_directory()
+    assert not work.exists() and not holder.held
+    work.mkdir()
+    real_open, opened = os.open, []
+
+    def open_stale_first(path, flags, mode=0o777):
+        opened.append(path)
+        return stale_fd if len(opened) == 1 else real_open(path, flags, mode)
+
+    monkeypatch.setattr(lock_mod.os, "open", open_stale_first)
+    lock = RunLock(work, "next").acquire()
+    monkeypatch.undo()
+    assert len(opened) == 2  # the stale file was noticed and the lock retaken
+    assert json.loads((work / ".rlid.lock").read_text())["purpose"] == "next"
+    probe = os.open(work / ".rlid.lock", os.O_RDWR)  # the path's file is the locked one
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(probe)
+    lock.release()
 
 
 def test_start_refuses_a_directory_another_run_filled(tmp_path):

@@ -28,6 +28,19 @@ LOCK_NAME = ".rlid.lock"
 _HELD: dict[str, RunLock] = {}  # resolved lock path -> holder in this process
 
 
+_RETAKES = 5  # attempts when the lock file is removed under us (see acquire)
+
+
+def _names_the_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not removed or replaced)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
 class RunLockedError(RuntimeError):
     """Another process holds the directory's lock."""
 
@@ -72,19 +85,27 @@ class RunLock:
         if previous is not None and previous is not self:
             previous._close()
             previous.lost = True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            info = _read_info(fd)
+        for _ in range(_RETAKES):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                info = _read_info(fd)
+                os.close(fd)
+                raise RunLockedError(
+                    f"{self.directory} is in use by {_holder_text(info)}; two writers would "
+                    "mix their files. Wait for it to finish (or stop it), or use another directory"
+                ) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _names_the_file(self.path, fd):
+                break
+            # the holder removed the lock file (remove_directory) between our open and
+            # our flock: this lock guards nothing; take the one the path names now
             os.close(fd)
-            raise RunLockedError(
-                f"{self.directory} is in use by {_holder_text(info)}; two writers would mix "
-                "their files. Wait for it to finish (or stop it), or use another directory"
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
+        else:
+            raise RunLockedError(f"{self.directory}: its lock file keeps being removed")
         stale = _read_info(fd)
         if stale.get("pid") and stale.get("pid") != os.getpid():
             print(
@@ -123,6 +144,29 @@ class RunLock:
         if not self.lost:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, 0)
+        self._close()
+
+    def remove_directory(self) -> None:
+        """Remove the locked directory, lock file last, then drop the lock.
+
+        Removing it after :meth:`release` would race a writer that takes the lock in
+        between: its lock file and files would go. Removed while held, a writer that
+        opened the lock file meanwhile finds it gone once it gets the lock, and
+        :meth:`acquire` retakes the lock on a new file.
+        """
+        import shutil
+
+        self.check()
+        for child in self.directory.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        os.unlink(self.path)
+        with contextlib.suppress(OSError):  # a writer may already be creating it again
+            self.directory.rmdir()
         self._close()
 
     def _close(self) -> None:
