@@ -126,7 +126,7 @@ def run(
     procs = start(nproc, run_dir, record, spec, cache)
     errs = wait(procs)
     failed = [
-        f"rank {r} failed:\n{e[-3000:]}"
+        f"rank {r} failed (exit code {p.returncode}; negative: killed by that signal):\n{e[-3000:]}"
         for r, (p, e) in enumerate(zip(procs, errs))
         if p.returncode
     ]
