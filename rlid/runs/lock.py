@@ -157,17 +157,21 @@ class RunLock:
         import shutil
 
         self.check()
-        for child in self.directory.iterdir():
-            if child.name == LOCK_NAME:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        os.unlink(self.path)
-        with contextlib.suppress(OSError):  # a writer may already be creating it again
-            self.directory.rmdir()
-        self._close()
+        try:  # best effort, as a clean-up: what cannot be removed stays, the lock goes
+            for child in self.directory.iterdir():
+                if child.name == LOCK_NAME:
+                    continue
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        child.unlink()
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            with contextlib.suppress(OSError):  # a writer may already be creating it again
+                self.directory.rmdir()
+        finally:
+            self._close()
 
     def _close(self) -> None:
         if self._fd is None:
