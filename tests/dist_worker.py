@@ -11,6 +11,7 @@ backward or the explicit one, whichever the run uses (sharded gradients gathered
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ from rlid.planes import run_training
 
 
 def main() -> int:
+    faulthandler.enable()  # a native crash (segfault, abort) prints the Python stack
     run_dir, record, spec = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     record.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))

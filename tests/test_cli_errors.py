@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -67,6 +68,20 @@ def test_stub_help_lines_match_the_real_parsers():
         return {a.dest: a.help for a in sub._choices_actions}
 
     assert helps(build_parser(None)) == helps(build_parser(ALL))
+
+
+def test_a_native_crash_prints_the_python_stack():
+    # a rank of a torchrun job dying in native code would otherwise leave only its
+    # exit status: after main() the process has the fault handler on
+    code = (
+        "import os, signal\n"
+        "from rlid.cli.main import main\n"
+        "assert main(['envs']) == 0\n"
+        "os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in proc.stderr, proc.stderr
 
 
 def test_a_closed_pipe_is_no_traceback():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import faulthandler
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -193,6 +194,19 @@ def _silence_stdout() -> None:
         pass
 
 
+def _print_native_crashes() -> None:
+    """Make a native crash (segfault, abort) print the Python stack on stderr.
+
+    Without it a rank of a torchrun job that dies in native code (a collective, a
+    kernel) leaves no trace but its exit status. Skipped when stderr is no real file.
+    """
+    try:
+        if not faulthandler.is_enabled():
+            faulthandler.enable()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
@@ -201,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     debug = args.debug or bool(os.environ.get("RLID_DEBUG"))
+    _print_native_crashes()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

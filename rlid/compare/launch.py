@@ -7,6 +7,7 @@ same run directory through ``run_training`` (rank 0 alone writes it).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from rlid.planes import run_training
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a process of its own: a native crash prints the Python stack
+        faulthandler.enable()
     run_dir, spec, progress = argv if argv is not None else sys.argv[1:]
     if spec == "resume":
         run_training(None, Path(run_dir), resume=True, progress=json.loads(progress))
