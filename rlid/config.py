@@ -131,6 +131,12 @@ class TrainConfig:
         "decision plane: penalty -coef * mean log(label mass), keeping the LM's probability "
         "on the legal labels (0: off)",
     )
+    position_coef: float = _f(
+        0.0,
+        "decision plane: penalty coef * KL(batch marginal over menu positions || uniform), "
+        "against a preference for label positions that shuffled menus never reward; "
+        "linearised at the rollout policy each iteration (0: off)",
+    )
     vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
     advantage: AdvantageKind = _f(
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
@@ -230,7 +236,7 @@ class TrainConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
-                     "label_mass_coef"):  # fmt: skip
+                     "label_mass_coef", "position_coef"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.overlong_cache <= self.max_new_tokens:
@@ -249,6 +255,11 @@ class TrainConfig:
             raise ValueError(
                 f"budget_currency={self.budget_currency!r} never grows on the {self.plane} "
                 "plane (it generates no text); choose e.g. env_steps or forward_passes"
+            )
+        if self.position_coef > 0 and self.plane != "decision":
+            raise ValueError(
+                f"position_coef is for the decision plane (label readout over menu positions); "
+                f"the {self.plane} plane has no label positions to prefer"
             )
         if self.plane == "token" and self.advantage == "gae":
             raise ValueError("the token plane is critic-free: use --advantage group")
@@ -312,6 +323,7 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _RECORDED_WHEN_CHANGED = (
     "budget_currency",
     "label_mass_coef",
+    "position_coef",
     "report_to",
     "dist_timeout",
     "parallel",

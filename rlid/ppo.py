@@ -88,6 +88,31 @@ def label_marginal_kl_uniform(logp_all: Tensor) -> Tensor:
         return (mass * log_ratio).sum() / max(batch, 1)
 
 
+def position_directions(mass: Tensor, counts: Tensor) -> Tensor:
+    """Gradient directions of the position penalty, from a batch's position marginals.
+
+    ``mass`` (W, W): row n−1 sums π_b over the batch's menus of n rows (positions
+    0..n−1, padded at the end); ``counts`` (W,): how many menus have n rows. Returns
+    g (W, W) with g[n−1, k] = log(n · p̄_n(k)), p̄_n = mass[n−1] / counts[n−1] (0 where
+    no menu has n rows or k ≥ n; p̄ clamped at 1e-12).
+
+    The penalty P(θ) = Σ_n (c_n / B) · KL(p̄_n ‖ uniform_n) is the batch-level
+    ``label_marginal_kl_uniform``: not a sum over decisions, so micro-batches and
+    ranks could not add it up. Its gradient is (1/B) Σ_b Σ_k g_{n_b}(k) ∇π_b(k) (the
+    "+1" of d(x log x) vanishes as Σ_k π_b(k) = 1), so with g computed from the
+    *current* parameters over the whole batch (a no-grad pass first), the
+    per-decision term Σ_k π_b(k) g_{n_b}(k) has P's gradient and its batch mean equals
+    P: additive like every other term. g must be recomputed at every step: held fixed
+    while the parameters move it is a linear term, which an optimizer follows past
+    the uniform marginal (measured: the bias grew instead of falling).
+    """
+    width = mass.shape[-1]
+    sizes = torch.arange(1, width + 1, dtype=mass.dtype, device=mass.device)[:, None]
+    p_bar = mass / counts.clamp(min=1)[:, None]
+    inside = (torch.arange(width, device=mass.device)[None, :] < sizes) & (counts[:, None] > 0)
+    return torch.where(inside, torch.log(sizes * p_bar.clamp(min=1e-12)), 0.0)
+
+
 def _check_inputs(
     logp_all: Tensor,
     actions: Tensor,
@@ -95,6 +120,7 @@ def _check_inputs(
     advantages: Tensor,
     logp_ref_all: Tensor | None,
     label_mass: Tensor | None,
+    position_direction: Tensor | None = None,
 ) -> None:
     if logp_all.dim() != 2:
         raise ValueError(f"logp_all must be (B, K), got shape {tuple(logp_all.shape)}")
@@ -109,11 +135,12 @@ def _check_inputs(
             raise ValueError(f"{name} must be (B,) = ({batch[0]},), got {tuple(tensor.shape)}")
     if actions.is_floating_point() or actions.dtype == torch.bool:
         raise ValueError(f"actions must be integer row indices, got dtype {actions.dtype}")
-    if logp_ref_all is not None and logp_ref_all.shape != logp_all.shape:
-        raise ValueError(
-            f"logp_ref_all must have the shape of logp_all {tuple(logp_all.shape)}, "
-            f"got {tuple(logp_ref_all.shape)}"
-        )
+    for name, other in [("logp_ref_all", logp_ref_all), ("position_direction", position_direction)]:
+        if other is not None and other.shape != logp_all.shape:
+            raise ValueError(
+                f"{name} must have the shape of logp_all {tuple(logp_all.shape)}, "
+                f"got {tuple(other.shape)}"
+            )
 
 
 def decision_ppo_loss(
@@ -128,10 +155,13 @@ def decision_ppo_loss(
     kl_coef: float = 0.0,
     label_mass: Tensor | None = None,
     normaliser: float | Tensor | None = None,
+    position_direction: Tensor | None = None,
+    position_coef: float = 0.0,
 ) -> tuple[Tensor, Metrics]:
     """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
 
-    loss = −mean_b min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b + kl_coef·mean_b KL_b,
+    loss = −mean_b min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b + kl_coef·mean_b KL_b
+           + position_coef·mean_b Σ_k π_b(k) g_b(k),
     r = exp(logp_all[b, a_b] − logp_old[b]).
 
     Args:
@@ -150,19 +180,29 @@ def decision_ppo_loss(
             accumulation pass the *minibatch's* decision count (across ranks: the
             global one) to each micro-batch, so the summed micro-batch losses and
             metrics are the minibatch's means — never the micro-batch's own B.
+        position_direction: (B, K) g_b of :func:`position_directions` for each
+            decision's menu size (0 on padded rows); needed when position_coef > 0,
+            and its term reported as ``position_penalty`` whenever given.
+        position_coef: weight of the position penalty (preference for menu positions).
 
     Returns:
         (loss, metrics) with detached 0-d metrics: ``policy_loss``,
         ``clip_frac`` (decisions where the clipped branch is chosen and
         differs), ``approx_kl`` (mean (r−1) − log r, old → new), ``entropy``
         (mean H_b), ``label_marginal_kl_uniform`` (see that function), and
-        ``kl_ref`` / ``label_mass`` when given.
+        ``kl_ref`` / ``position_penalty`` / ``label_mass`` when given.
     """
-    _check_inputs(logp_all, actions, logp_old, advantages, logp_ref_all, label_mass)
-    if clip_eps < 0 or kl_coef < 0:
-        raise ValueError(f"need clip_eps >= 0 and kl_coef >= 0, got {clip_eps}, {kl_coef}")
+    _check_inputs(
+        logp_all, actions, logp_old, advantages, logp_ref_all, label_mass, position_direction
+    )
+    if clip_eps < 0 or kl_coef < 0 or position_coef < 0:
+        raise ValueError(
+            f"need clip_eps, kl_coef, position_coef >= 0, got {clip_eps}, {kl_coef}, {position_coef}"
+        )
     if kl_coef > 0 and logp_ref_all is None:
         raise ValueError("kl_coef > 0 needs logp_ref_all (the reference policy over the menus)")
+    if position_coef > 0 and position_direction is None:
+        raise ValueError("position_coef > 0 needs position_direction (see position_directions)")
     batch, width = logp_all.shape
     valid = logp_all != -torch.inf  # (B, K)
     in_range = (actions >= 0) & (actions < width)
@@ -195,6 +235,12 @@ def decision_ppo_loss(
         if kl_coef > 0:
             loss = loss + kl_coef * kl_ref
         metrics["kl_ref"] = kl_ref
+    if position_direction is not None:
+        _, _, probs = _menu_probs(logp_all)
+        position = (probs * position_direction.detach()).sum() / n
+        if position_coef > 0:
+            loss = loss + position_coef * position
+        metrics["position_penalty"] = position
     if label_mass is not None:
         metrics["label_mass"] = label_mass.sum() / n
     return loss, {name: value.detach() for name, value in metrics.items()}

@@ -45,7 +45,7 @@ from rlid.hardware import (
 from rlid.lora import AdapterDisabled, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
-from rlid.ppo import decision_ppo_loss, minibatches
+from rlid.ppo import decision_ppo_loss, minibatches, position_directions
 from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.dir import rng_state
@@ -343,6 +343,12 @@ def ppo_update(
                     continue
                 members = owner[chosen]
                 idx = members[members >= 0]  # the members this rank holds
+                directions = None
+                if config.position_coef > 0 and signal:
+                    with timers.time("forward"):
+                        directions = _position_directions(
+                            policy, decisions, idx, micro, parallel, world
+                        )
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
                 for part, context in parallel.micro_plan(chunks(len(idx), micro)):
@@ -352,7 +358,7 @@ def ppo_update(
                             policy, decisions, idx[part] if part is not None else FILLER,
                             actions, logp_old, advantages, targets, normaliser=len(chosen),
                             signal=signal, config=config, stepper=stepper, timers=timers,
-                            weight=1.0 if part is not None else 0.0,
+                            weight=1.0 if part is not None else 0.0, directions=directions,
                         )  # fmt: skip
                     for k, v in metrics.items():
                         totals[k] = totals.get(k, 0.0) + (float(v) if part is not None else 0.0)
@@ -384,10 +390,45 @@ def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
     holding no member of a minibatch still reports zeros for each)."""
     names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
     names += ["kl_ref"] if config.kl_coef > 0 else []
+    names += ["position_penalty"] if config.position_coef > 0 else []
     names += ["label_mass"]
     names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
     names += ["value_loss"] if policy.value_head is not None else []
     return names + ["loss"]
+
+
+def _position_directions(
+    policy: MenuPolicy,
+    decisions: list[Decision],
+    idx: np.ndarray,
+    micro: int,
+    parallel: dist_.Parallel,
+    world: World,
+) -> torch.Tensor:
+    """The position penalty's directions g (W, W) at the current parameters, from the
+    whole minibatch (every micro-batch, every rank): a no-grad pass before its
+    forward/backward, so the micro-batched, N-process step is the one-batch step
+    (:func:`rlid.ppo.position_directions`). The same table on every rank."""
+    width = policy.max_menu_size
+    mass = torch.zeros(width, width, dtype=torch.float64)
+    counts = torch.zeros(width, dtype=torch.float64)
+    with torch.no_grad():
+        # the update's micro-plan: a sharded model's forwards are collective (fillers)
+        for part, context in parallel.micro_plan(chunks(len(idx), micro)):
+            batch = [decisions[i] for i in (idx[part] if part is not None else FILLER)]
+            with context:
+                logp_all, _, _ = policy.score(batch)
+            if part is None:
+                continue
+            probs = logp_all.detach().to("cpu", torch.float64).exp()
+            for b, d in enumerate(batch):
+                n = d.num_rows
+                mass[n - 1, :n] += probs[b, :n]
+                counts[n - 1] += 1
+    reduced = dist_.all_sum(torch.cat([mass.flatten(), counts]), world)
+    return position_directions(
+        reduced[: width * width].view(width, width), reduced[width * width :]
+    )
 
 
 def _decision_micro_step(
@@ -405,10 +446,12 @@ def _decision_micro_step(
     stepper: Stepper,
     timers: Timers,
     weight: float = 1.0,
+    directions: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
     (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's.
-    ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss."""
+    ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss.
+    ``directions``: the position penalty's table (``_position_directions``), or None."""
     batch = [decisions[i] for i in idx]
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
@@ -419,6 +462,14 @@ def _decision_micro_step(
         for b, d in enumerate(batch):
             row = d.extra["logp_ref_all"]
             ref[b, : len(row)] = torch.tensor(row, device=device)
+    direction = None
+    if directions is not None:
+        width = logp_all.shape[1]
+        sizes = [d.num_rows for d in batch]
+        direction = torch.zeros(len(batch), width, dtype=torch.float32)
+        for b, n in enumerate(sizes):
+            direction[b, :n] = directions[n - 1, :n]
+        direction = direction.to(device)
     with timers.time("backward"):
         # without policy-gradient signal (value head only) no regulariser may act alone
         loss, metrics = decision_ppo_loss(
@@ -432,6 +483,8 @@ def _decision_micro_step(
             kl_coef=config.kl_coef if signal else 0.0,
             label_mass=label_mass,
             normaliser=normaliser,
+            position_direction=direction,
+            position_coef=config.position_coef if signal else 0.0,
         )
         if config.label_mass_coef > 0 and signal:
             # The label softmax is blind to a shift of all label logits, so nothing

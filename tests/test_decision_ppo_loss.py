@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from rlid.ppo import decision_ppo_loss, exact_entropy, exact_kl, label_marginal_kl_uniform
+from rlid.ppo import (
+    decision_ppo_loss,
+    exact_entropy,
+    exact_kl,
+    label_marginal_kl_uniform,
+    position_directions,
+)
 
 DT = torch.float64
 NEG_INF = -torch.inf
@@ -200,6 +206,91 @@ def test_label_marginal_groups_by_menu_size():
     assert label_marginal_kl_uniform(wide).item() == pytest.approx(expected)
 
 
+# --- position penalty: label_marginal_kl_uniform as an additive per-decision term ----
+
+
+def _directions(logp_all: torch.Tensor) -> torch.Tensor:
+    """(B, K) directions g_b, as the trainer builds them from the batch's current rows."""
+    width = logp_all.shape[1]
+    valid = logp_all != NEG_INF
+    sizes = valid.sum(-1)
+    mass = torch.zeros(width, width, dtype=DT)
+    counts = torch.zeros(width, dtype=DT)
+    for row, n in zip(logp_all.exp(), sizes.tolist()):
+        mass[n - 1, :n] += row[:n]
+        counts[n - 1] += 1
+    table = position_directions(mass, counts)
+    return torch.stack([table[n - 1] for n in sizes.tolist()])
+
+
+def test_position_directions_hand():
+    # menus [0.8, 0.2] and [0.6, 0.4]: p̄ = [0.7, 0.3], g = [ln 1.4, ln 0.6]
+    mass = torch.tensor([[0.0, 0.0], [1.4, 0.6]], dtype=DT)
+    counts = torch.tensor([0.0, 2.0], dtype=DT)
+    g = position_directions(mass, counts)
+    assert g[1].tolist() == pytest.approx([math.log(1.4), math.log(0.6)])
+    assert g[0].tolist() == [0.0, 0.0]  # no menu of one row
+
+
+def test_position_penalty_equals_the_marginal_kl():
+    # per-decision surrogates: 0.8 ln 1.4 + 0.2 ln 0.6 = 0.167010 and 0.6 ln 1.4 + 0.4 ln 0.6
+    # = -0.002452; their mean 0.082279 = 0.7 ln 1.4 + 0.3 ln 0.6 = KL(p̄ ‖ uniform)
+    logp = log([[0.8, 0.2], [0.6, 0.4]])
+    _, metrics = decision_ppo_loss(
+        logp, torch.tensor([0, 0]), logp[:, 0], torch.zeros(2, dtype=DT),
+        position_direction=_directions(logp), position_coef=1.0,
+    )  # fmt: skip
+    expected = 0.7 * math.log(1.4) + 0.3 * math.log(0.6)
+    assert metrics["position_penalty"].item() == pytest.approx(expected)
+    assert label_marginal_kl_uniform(logp).item() == pytest.approx(expected)
+
+
+def _marginal_kl(logp_all: torch.Tensor) -> torch.Tensor:
+    """label_marginal_kl_uniform with gradients (menus padded at the end)."""
+    valid = logp_all != NEG_INF
+    probs = torch.where(valid, logp_all.exp(), 0.0)
+    sizes = valid.sum(-1)
+    total = logp_all.new_zeros(())
+    for n in sizes.unique().tolist():
+        rows = probs[sizes == n][:, :n]
+        p_bar = rows.mean(0)
+        total = total + len(rows) / len(probs) * (p_bar * (p_bar * n).log()).sum()
+    return total
+
+
+def test_position_penalty_has_the_marginal_kls_gradient():
+    # menus of 2 and 3 rows (padded), a batch level penalty: the surrogate's gradient
+    # with respect to the logits equals the gradient of the KL itself
+    logits = torch.tensor(
+        [[1.0, -0.5, -torch.inf], [0.3, 0.2, -torch.inf], [2.0, 0.1, -1.0], [0.0, 1.5, 0.4]],
+        dtype=DT,
+    )
+    logits.requires_grad_(True)
+    logp = torch.log_softmax(logits, -1)
+    direction = _directions(logp.detach())
+    loss, _ = decision_ppo_loss(
+        logp, torch.tensor([0, 0, 0, 0]), logp.detach()[:, 0], torch.zeros(4, dtype=DT),
+        position_direction=direction, position_coef=1.0,
+    )  # fmt: skip
+    (surrogate,) = torch.autograd.grad(loss, logits)
+    (exact,) = torch.autograd.grad(_marginal_kl(torch.log_softmax(logits, -1)), logits)
+    finite = torch.isfinite(logits)
+    torch.testing.assert_close(surrogate[finite], exact[finite], rtol=1e-10, atol=1e-12)
+    assert exact[finite].abs().max() > 1e-3  # a real gradient, not two zeros
+
+
+def test_position_penalty_pushes_mass_off_the_favoured_position():
+    logits = torch.tensor([[2.0, 0.0], [1.0, 0.0]], dtype=DT, requires_grad=True)
+    logp = torch.log_softmax(logits, -1)
+    loss, _ = decision_ppo_loss(
+        logp, torch.tensor([0, 0]), logp.detach()[:, 0], torch.zeros(2, dtype=DT),
+        position_direction=_directions(logp.detach()), position_coef=1.0,
+    )  # fmt: skip
+    loss.backward()
+    assert (logits.grad[:, 0] > 0).all()  # descent lowers position 0's logit in both menus
+    assert (logits.grad[:, 1] < 0).all()
+
+
 # --- errors -------------------------------------------------------------------------
 
 
@@ -221,5 +312,11 @@ def test_errors():
         decision_ppo_loss(logp, torch.tensor([0]), old, torch.ones(2, dtype=DT))
     with pytest.raises(ValueError, match="logp_ref_all must have"):
         decision_ppo_loss(logp, torch.tensor([0]), old, adv, logp_ref_all=logp[:, :2])
+    with pytest.raises(ValueError, match="needs position_direction"):
+        decision_ppo_loss(logp, torch.tensor([0]), old, adv, position_coef=0.1)
+    with pytest.raises(ValueError, match="position_direction must have"):
+        decision_ppo_loss(
+            logp, torch.tensor([0]), old, adv, position_direction=torch.zeros(1, 2, dtype=DT)
+        )
     with pytest.raises(ValueError, match=r"\(B, K\)"):
         decision_ppo_loss(logp[0], torch.tensor([0]), old, adv)

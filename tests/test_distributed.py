@@ -179,7 +179,9 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
 
 
 def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
-    cfg = config(eval_episodes=20)  # blocks of 16 and 4 episodes: one per rank
+    # blocks of 16 and 4 episodes: one per rank; the position penalty's marginals are
+    # summed over the ranks' rollouts
+    cfg = config(eval_episodes=20, position_coef=0.5)
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
     assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
@@ -227,8 +229,9 @@ def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commandi
 def test_two_processes_train_like_one_fsdp_with_value_head(tmp_path, cache):
     # FSDP2: sharded update (SUM reduce-scatters), gathered rollouts and evaluation, a
     # full checkpoint gathered on rank 0; the value head (advantage="gae") is reduced
-    # explicitly beside the sharded model and clipped with it.
-    cfg = config(parallel="fsdp", advantage="gae", eval_episodes=4)
+    # explicitly beside the sharded model and clipped with it. The position penalty's
+    # no-grad pass runs the sharded model too.
+    cfg = config(parallel="fsdp", advantage="gae", eval_episodes=4, position_coef=0.5)
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
     assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
@@ -260,8 +263,11 @@ def test_two_processes_train_like_one_lora(tmp_path, cache, parallel):
 def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache, parallel):
     # minibatch_size=1: every minibatch is held by one rank, the other has an empty share
     # (a filler step keeps DDP's / FSDP2's collectives matched); a tiny target_kl stops
-    # the epoch loop after the second step (all ranks together).
-    cfg = config(minibatch_size=1, epochs=2, target_kl=1e-9, lr=1e-3, parallel=parallel)
+    # the epoch loop after the second step (all ranks together). The position penalty's
+    # no-grad pass before each step takes the same fillers.
+    cfg = config(
+        minibatch_size=1, epochs=2, target_kl=1e-9, lr=1e-3, parallel=parallel, position_coef=0.5
+    )
     run(2, tmp_path / "run", cfg, cache)
     rows = read_metrics(tmp_path / "run")
     assert len(rows) == 2

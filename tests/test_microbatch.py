@@ -188,6 +188,7 @@ def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advan
             config = TrainConfig(
                 env="keydoor", epochs=1, minibatch_size=B, micro_batch_size=micro_batch_size,
                 ent_coef=0.05, label_mass_coef=0.1, advantage=advantage, max_grad_norm=1e9,
+                position_coef=0.5,  # batch-level: its directions come from the whole batch
             )  # fmt: skip
             head = None
             if advantage == "gae":
