@@ -134,8 +134,8 @@ class TrainConfig:
     position_coef: float = _f(
         0.0,
         "decision plane: penalty coef * KL(batch marginal over menu positions || uniform), "
-        "against a preference for label positions that shuffled menus never reward; "
-        "linearised at the rollout policy each iteration (0: off)",
+        "against a preference for label positions that shuffled menus never reward; the "
+        "marginal of each step's minibatch, by one more no-grad forward per step (0: off)",
     )
     vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
     advantage: AdvantageKind = _f(
