@@ -88,29 +88,33 @@ def label_marginal_kl_uniform(logp_all: Tensor) -> Tensor:
         return (mass * log_ratio).sum() / max(batch, 1)
 
 
-def position_directions(mass: Tensor, counts: Tensor) -> Tensor:
-    """Gradient directions of the position penalty, from a batch's position marginals.
+def position_directions(mass: Tensor, expected: Tensor) -> Tensor:
+    """Gradient directions of the position penalty, from a batch's position marginal.
 
-    ``mass`` (W, W): row n−1 sums π_b over the batch's menus of n rows (positions
-    0..n−1, padded at the end); ``counts`` (W,): how many menus have n rows. Returns
-    g (W, W) with g[n−1, k] = log(n · p̄_n(k)), p̄_n = mass[n−1] / counts[n−1] (0 where
-    no menu has n rows or k ≥ n; p̄ clamped at 1e-12).
+    ``mass`` (W,): Σ_b π_b(k), the batch's probability on menu position k (menus of
+    n_b rows, padded at the end); ``expected`` (W,): Σ_b 1[k < n_b] / n_b, the same for
+    a policy without position preference (uniform over each menu's rows). Returns
+    g (W,) with g(k) = log(mass(k) / expected(k)) (0 where no menu has position k;
+    mass clamped at 1e-12 · expected).
 
-    The penalty P(θ) = Σ_n (c_n / B) · KL(p̄_n ‖ uniform_n) is the batch-level
-    ``label_marginal_kl_uniform``: not a sum over decisions, so micro-batches and
-    ranks could not add it up. Its gradient is (1/B) Σ_b Σ_k g_{n_b}(k) ∇π_b(k) (the
-    "+1" of d(x log x) vanishes as Σ_k π_b(k) = 1), so with g computed from the
-    *current* parameters over the whole batch (a no-grad pass first), the
-    per-decision term Σ_k π_b(k) g_{n_b}(k) has P's gradient and its batch mean equals
-    P: additive like every other term. g must be recomputed at every step: held fixed
-    while the parameters move it is a linear term, which an optimizer follows past
-    the uniform marginal (measured: the bias grew instead of falling).
+    The penalty is P(θ) = KL(p̄ ‖ ū), p̄ = mass / B, ū = expected / B: the marginal
+    pooled over menu sizes. With shuffled menus a policy that reads only the rows'
+    content has E[p̄] = ū whatever its confidence, so P measures position preference
+    alone, within O(1/B) sampling noise. (Grouping the menus by size, as
+    :func:`label_marginal_kl_uniform` does, makes a group of one menu count its
+    confidence, log n − H(π_b), and a penalty on it act as an entropy bonus.)
+    P is not a sum over decisions, so micro-batches and ranks could not add it up;
+    its gradient is (1/B) Σ_b Σ_k g(k) ∇π_b(k) (the "+1" of d(x log x) vanishes as
+    Σ_k π_b(k) = 1), so with g computed from the *current* parameters over the whole
+    batch (a no-grad pass first), the per-decision term Σ_k π_b(k) g(k) has P's
+    gradient and its batch mean equals P: additive like every other term. g must be
+    recomputed at every step: held fixed while the parameters move it is a linear
+    term, which an optimizer follows past the uniform marginal (measured: the bias
+    grew instead of falling).
     """
-    width = mass.shape[-1]
-    sizes = torch.arange(1, width + 1, dtype=mass.dtype, device=mass.device)[:, None]
-    p_bar = mass / counts.clamp(min=1)[:, None]
-    inside = (torch.arange(width, device=mass.device)[None, :] < sizes) & (counts[:, None] > 0)
-    return torch.where(inside, torch.log(sizes * p_bar.clamp(min=1e-12)), 0.0)
+    present = expected > 0
+    ratio = mass.clamp(min=0) / torch.where(present, expected, 1.0)
+    return torch.where(present, torch.log(ratio.clamp(min=1e-12)), 0.0)
 
 
 def _check_inputs(
@@ -180,8 +184,8 @@ def decision_ppo_loss(
             accumulation pass the *minibatch's* decision count (across ranks: the
             global one) to each micro-batch, so the summed micro-batch losses and
             metrics are the minibatch's means — never the micro-batch's own B.
-        position_direction: (B, K) g_b of :func:`position_directions` for each
-            decision's menu size (0 on padded rows); needed when position_coef > 0,
+        position_direction: (B, K) the directions g of :func:`position_directions`
+            on each decision's rows (0 on padded rows); needed when position_coef > 0,
             and its term reported as ``position_penalty`` whenever given.
         position_coef: weight of the position penalty (preference for menu positions).
 

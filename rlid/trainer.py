@@ -405,13 +405,13 @@ def _position_directions(
     parallel: dist_.Parallel,
     world: World,
 ) -> torch.Tensor:
-    """The position penalty's directions g (W, W) at the current parameters, from the
+    """The position penalty's directions g (W,) at the current parameters, from the
     whole minibatch (every micro-batch, every rank): a no-grad pass before its
     forward/backward, so the micro-batched, N-process step is the one-batch step
-    (:func:`rlid.ppo.position_directions`). The same table on every rank."""
+    (:func:`rlid.ppo.position_directions`). The same directions on every rank."""
     width = policy.max_menu_size
-    mass = torch.zeros(width, width, dtype=torch.float64)
-    counts = torch.zeros(width, dtype=torch.float64)
+    mass = torch.zeros(width, dtype=torch.float64)
+    expected = torch.zeros(width, dtype=torch.float64)
     with torch.no_grad():
         # the update's micro-plan: a sharded model's forwards are collective (fillers)
         for part, context in parallel.micro_plan(chunks(len(idx), micro)):
@@ -420,15 +420,12 @@ def _position_directions(
                 logp_all, _, _ = policy.score(batch)
             if part is None:
                 continue
-            probs = logp_all.detach().to("cpu", torch.float64).exp()
-            for b, d in enumerate(batch):
-                n = d.num_rows
-                mass[n - 1, :n] += probs[b, :n]
-                counts[n - 1] += 1
-    reduced = dist_.all_sum(torch.cat([mass.flatten(), counts]), world)
-    return position_directions(
-        reduced[: width * width].view(width, width), reduced[width * width :]
-    )
+            probs = logp_all.detach().to("cpu", torch.float64).exp()  # 0 on padded rows
+            mass[: probs.shape[1]] += probs.sum(0)
+            for d in batch:
+                expected[: d.num_rows] += 1.0 / d.num_rows
+    reduced = dist_.all_sum(torch.cat([mass, expected]), world)
+    return position_directions(reduced[:width], reduced[width:])
 
 
 def _decision_micro_step(
@@ -451,7 +448,7 @@ def _decision_micro_step(
     """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
     (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's.
     ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss.
-    ``directions``: the position penalty's table (``_position_directions``), or None."""
+    ``directions``: the position penalty's directions (``_position_directions``), or None."""
     batch = [decisions[i] for i in idx]
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
@@ -465,11 +462,8 @@ def _decision_micro_step(
     direction = None
     if directions is not None:
         width = logp_all.shape[1]
-        sizes = [d.num_rows for d in batch]
-        direction = torch.zeros(len(batch), width, dtype=torch.float32)
-        for b, n in enumerate(sizes):
-            direction[b, :n] = directions[n - 1, :n]
-        direction = direction.to(device)
+        rows = torch.arange(width)[None, :] < torch.tensor([d.num_rows for d in batch])[:, None]
+        direction = torch.where(rows, directions[:width].float()[None, :], 0.0).to(device)
     with timers.time("backward"):
         # without policy-gradient signal (value head only) no regulariser may act alone
         loss, metrics = decision_ppo_loss(

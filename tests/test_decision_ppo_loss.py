@@ -206,34 +206,36 @@ def test_label_marginal_groups_by_menu_size():
     assert label_marginal_kl_uniform(wide).item() == pytest.approx(expected)
 
 
-# --- position penalty: label_marginal_kl_uniform as an additive per-decision term ----
+# --- position penalty: the pooled position marginal's KL, an additive per-decision term
 
 
 def _directions(logp_all: torch.Tensor) -> torch.Tensor:
-    """(B, K) directions g_b, as the trainer builds them from the batch's current rows."""
-    width = logp_all.shape[1]
+    """(B, K) directions on each decision's rows, as the trainer builds them."""
     valid = logp_all != NEG_INF
-    sizes = valid.sum(-1)
-    mass = torch.zeros(width, width, dtype=DT)
-    counts = torch.zeros(width, dtype=DT)
-    for row, n in zip(logp_all.exp(), sizes.tolist()):
-        mass[n - 1, :n] += row[:n]
-        counts[n - 1] += 1
-    table = position_directions(mass, counts)
-    return torch.stack([table[n - 1] for n in sizes.tolist()])
+    sizes = valid.sum(-1, keepdim=True)
+    mass = torch.where(valid, logp_all.exp(), 0.0).sum(0)
+    expected = (valid / sizes).sum(0)
+    return torch.where(valid, position_directions(mass, expected)[None, :], 0.0)
+
+
+def _pooled_kl(logp_all: torch.Tensor) -> torch.Tensor:
+    """KL(p̄ ‖ ū) over positions pooled across menu sizes, with gradients."""
+    valid = logp_all != NEG_INF
+    p_bar = torch.where(valid, logp_all.exp(), 0.0).mean(0)
+    u_bar = (valid / valid.sum(-1, keepdim=True)).mean(0)
+    return (p_bar * (p_bar / u_bar).log()).sum()
 
 
 def test_position_directions_hand():
-    # menus [0.8, 0.2] and [0.6, 0.4]: p̄ = [0.7, 0.3], g = [ln 1.4, ln 0.6]
-    mass = torch.tensor([[0.0, 0.0], [1.4, 0.6]], dtype=DT)
-    counts = torch.tensor([0.0, 2.0], dtype=DT)
-    g = position_directions(mass, counts)
-    assert g[1].tolist() == pytest.approx([math.log(1.4), math.log(0.6)])
-    assert g[0].tolist() == [0.0, 0.0]  # no menu of one row
+    # menus [0.8, 0.2] and [0.6, 0.4]: mass [1.4, 0.6], expected [1, 1] -> g = [ln 1.4, ln 0.6]
+    g = position_directions(
+        torch.tensor([1.4, 0.6, 0.0], dtype=DT), torch.tensor([1.0, 1.0, 0.0], dtype=DT)
+    )
+    assert g.tolist() == pytest.approx([math.log(1.4), math.log(0.6), 0.0])  # no 3rd row
 
 
 def test_position_penalty_equals_the_marginal_kl():
-    # per-decision surrogates: 0.8 ln 1.4 + 0.2 ln 0.6 = 0.167010 and 0.6 ln 1.4 + 0.4 ln 0.6
+    # per-decision terms: 0.8 ln 1.4 + 0.2 ln 0.6 = 0.167010 and 0.6 ln 1.4 + 0.4 ln 0.6
     # = -0.002452; their mean 0.082279 = 0.7 ln 1.4 + 0.3 ln 0.6 = KL(p̄ ‖ uniform)
     logp = log([[0.8, 0.2], [0.6, 0.4]])
     _, metrics = decision_ppo_loss(
@@ -242,40 +244,46 @@ def test_position_penalty_equals_the_marginal_kl():
     )  # fmt: skip
     expected = 0.7 * math.log(1.4) + 0.3 * math.log(0.6)
     assert metrics["position_penalty"].item() == pytest.approx(expected)
+    # one menu size: the same as the size-grouped diagnostic
     assert label_marginal_kl_uniform(logp).item() == pytest.approx(expected)
 
 
-def _marginal_kl(logp_all: torch.Tensor) -> torch.Tensor:
-    """label_marginal_kl_uniform with gradients (menus padded at the end)."""
-    valid = logp_all != NEG_INF
-    probs = torch.where(valid, logp_all.exp(), 0.0)
-    sizes = valid.sum(-1)
-    total = logp_all.new_zeros(())
-    for n in sizes.unique().tolist():
-        rows = probs[sizes == n][:, :n]
-        p_bar = rows.mean(0)
-        total = total + len(rows) / len(probs) * (p_bar * (p_bar * n).log()).sum()
-    return total
+def test_position_penalty_pools_menu_sizes_and_ignores_confidence():
+    # [0.8, 0.2] (2 rows) and [1/30, 19/30, 1/3] (3 rows): position mass [5/6, 5/6, 1/3]
+    # is what uniform rows would put there, so no position preference (0), while the
+    # size-grouped diagnostic, one menu per size, counts their confidence:
+    # (0.8 ln 1.6 + 0.2 ln 0.4 + 1/30 ln 0.1 + 19/30 ln 1.9) / 2 = 0.261253
+    logp = log([[0.8, 0.2, 0.0], [1 / 30, 19 / 30, 1 / 3]])
+    _, metrics = decision_ppo_loss(
+        logp, torch.tensor([0, 0]), logp[:, 0], torch.zeros(2, dtype=DT),
+        position_direction=_directions(logp), position_coef=1.0,
+    )  # fmt: skip
+    assert metrics["position_penalty"].item() == pytest.approx(0.0, abs=1e-6)
+    grouped = (
+        0.8 * math.log(1.6) + 0.2 * math.log(0.4) + math.log(0.1) / 30 + 19 / 30 * math.log(1.9)
+    ) / 2
+    assert label_marginal_kl_uniform(logp).item() == pytest.approx(grouped)
 
 
 def test_position_penalty_has_the_marginal_kls_gradient():
-    # menus of 2 and 3 rows (padded), a batch level penalty: the surrogate's gradient
-    # with respect to the logits equals the gradient of the KL itself
+    # menus of 2 and 3 rows (padded): the per-decision term's gradient with respect to
+    # the logits equals the gradient of the batch-level KL itself
     logits = torch.tensor(
         [[1.0, -0.5, -torch.inf], [0.3, 0.2, -torch.inf], [2.0, 0.1, -1.0], [0.0, 1.5, 0.4]],
         dtype=DT,
     )
     logits.requires_grad_(True)
     logp = torch.log_softmax(logits, -1)
-    direction = _directions(logp.detach())
-    loss, _ = decision_ppo_loss(
+    loss, metrics = decision_ppo_loss(
         logp, torch.tensor([0, 0, 0, 0]), logp.detach()[:, 0], torch.zeros(4, dtype=DT),
-        position_direction=direction, position_coef=1.0,
+        position_direction=_directions(logp.detach()), position_coef=1.0,
     )  # fmt: skip
-    (surrogate,) = torch.autograd.grad(loss, logits)
-    (exact,) = torch.autograd.grad(_marginal_kl(torch.log_softmax(logits, -1)), logits)
+    (term,) = torch.autograd.grad(loss, logits)
+    kl = _pooled_kl(torch.log_softmax(logits, -1))
+    (exact,) = torch.autograd.grad(kl, logits)
+    assert metrics["position_penalty"].item() == pytest.approx(kl.item())
     finite = torch.isfinite(logits)
-    torch.testing.assert_close(surrogate[finite], exact[finite], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(term[finite], exact[finite], rtol=1e-10, atol=1e-12)
     assert exact[finite].abs().max() > 1e-3  # a real gradient, not two zeros
 
 
