@@ -133,9 +133,10 @@ class TrainConfig:
     )
     position_coef: float = _f(
         0.0,
-        "decision plane: penalty coef * KL(minibatch's probability per menu position || "
-        "that of uniform rows), against a preference for label positions that shuffled "
-        "menus never reward; one more no-grad forward per optimizer step (0: off)",
+        "decision plane: penalty coef * position_bias (unbiased estimate of the KL between "
+        "the policy's probability per menu position and that of uniform rows), against a "
+        "preference for label positions that shuffled menus never reward; one more no-grad "
+        "forward per optimizer step (0: off)",
     )
     vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
     advantage: AdvantageKind = _f(

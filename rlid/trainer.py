@@ -45,7 +45,13 @@ from rlid.hardware import (
 from rlid.lora import AdapterDisabled, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
-from rlid.ppo import decision_ppo_loss, minibatches, position_directions
+from rlid.ppo import (
+    PositionSums,
+    decision_ppo_loss,
+    minibatches,
+    position_bias,
+    position_directions,
+)
 from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.dir import rng_state
@@ -343,14 +349,13 @@ def ppo_update(
                     continue
                 members = owner[chosen]
                 idx = members[members >= 0]  # the members this rank holds
-                directions = None
+                whole = None  # the penalty's sums over the minibatch, before the step
                 if config.position_coef > 0 and signal:
                     with timers.time("forward"):
-                        directions = _position_directions(
-                            policy, decisions, idx, micro, parallel, world
-                        )
+                        whole = _position_sums(policy, decisions, idx, micro, parallel, world)
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
+                seen = PositionSums.zeros(policy.max_menu_size)  # the diagnostic's sums
                 for part, context in parallel.micro_plan(chunks(len(idx), micro)):
                     # a filler step (part None) keeps the wrapper's collectives matched
                     with context:
@@ -358,8 +363,10 @@ def ppo_update(
                             policy, decisions, idx[part] if part is not None else FILLER,
                             actions, logp_old, advantages, targets, normaliser=len(chosen),
                             signal=signal, config=config, stepper=stepper, timers=timers,
-                            weight=1.0 if part is not None else 0.0, directions=directions,
+                            weight=1.0 if part is not None else 0.0, position=whole,
                         )  # fmt: skip
+                    if part is not None:
+                        seen = seen + metrics.pop("position_sums")
                     for k, v in metrics.items():
                         totals[k] = totals.get(k, 0.0) + (float(v) if part is not None else 0.0)
                 with timers.time("backward"):
@@ -370,6 +377,8 @@ def ppo_update(
                 reduced = dist_.all_sum([totals.get(k, 0.0) for k in names], world)
                 step_metrics = {k: float(v) for k, v in zip(names, reduced)}
                 step_metrics["grad_norm"] = float(grad_norm)
+                seen = PositionSums.unflat(dist_.all_sum(seen.flat(), world))
+                step_metrics["position_bias"] = position_bias(seen)
                 for name, value in step_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value
                 count += 1
@@ -390,42 +399,34 @@ def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
     holding no member of a minibatch still reports zeros for each)."""
     names = ["policy_loss", "clip_frac", "approx_kl", "entropy", "label_marginal_kl_uniform"]
     names += ["kl_ref"] if config.kl_coef > 0 else []
-    names += ["position_penalty"] if config.position_coef > 0 else []
     names += ["label_mass"]
     names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
     names += ["value_loss"] if policy.value_head is not None else []
     return names + ["loss"]
 
 
-def _position_directions(
+def _position_sums(
     policy: MenuPolicy,
     decisions: list[Decision],
     idx: np.ndarray,
     micro: int,
     parallel: dist_.Parallel,
     world: World,
-) -> torch.Tensor:
-    """The position penalty's directions g (W,) at the current parameters, from the
-    whole minibatch (every micro-batch, every rank): a no-grad pass before its
-    forward/backward, so the micro-batched, N-process step is the one-batch step
-    (:func:`rlid.ppo.position_directions`). The same directions on every rank."""
+) -> PositionSums:
+    """The position penalty's sums over the whole minibatch (every micro-batch, every
+    rank) at the current parameters: a no-grad pass before its forward/backward, so
+    the micro-batched, N-process step is the one-batch step. The same on every rank."""
     width = policy.max_menu_size
-    mass = torch.zeros(width, dtype=torch.float64)
-    expected = torch.zeros(width, dtype=torch.float64)
+    sums = PositionSums.zeros(width)
     with torch.no_grad():
         # the update's micro-plan: a sharded model's forwards are collective (fillers)
         for part, context in parallel.micro_plan(chunks(len(idx), micro)):
             batch = [decisions[i] for i in (idx[part] if part is not None else FILLER)]
             with context:
                 logp_all, _, _ = policy.score(batch)
-            if part is None:
-                continue
-            probs = logp_all.detach().to("cpu", torch.float64).exp()  # 0 on padded rows
-            mass[: probs.shape[1]] += probs.sum(0)
-            for d in batch:
-                expected[: d.num_rows] += 1.0 / d.num_rows
-    reduced = dist_.all_sum(torch.cat([mass, expected]), world)
-    return position_directions(reduced[:width], reduced[width:])
+            if part is not None:
+                sums = sums + PositionSums.of(logp_all, width)
+    return PositionSums.unflat(dist_.all_sum(sums.flat(), world))
 
 
 def _decision_micro_step(
@@ -443,12 +444,13 @@ def _decision_micro_step(
     stepper: Stepper,
     timers: Timers,
     weight: float = 1.0,
-    directions: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
+    position: PositionSums | None = None,
+) -> dict[str, Any]:
     """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
     (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's.
     ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss.
-    ``directions``: the position penalty's directions (``_position_directions``), or None."""
+    ``position``: the position penalty's sums over the whole minibatch (None: no
+    penalty); the micro-batch's own sums come back as ``position_sums``."""
     batch = [decisions[i] for i in idx]
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
@@ -459,11 +461,7 @@ def _decision_micro_step(
         for b, d in enumerate(batch):
             row = d.extra["logp_ref_all"]
             ref[b, : len(row)] = torch.tensor(row, device=device)
-    direction = None
-    if directions is not None:
-        width = logp_all.shape[1]
-        rows = torch.arange(width)[None, :] < torch.tensor([d.num_rows for d in batch])[:, None]
-        direction = torch.where(rows, directions[:width].float()[None, :], 0.0).to(device)
+    direction = position_directions(logp_all, position) if position is not None else None
     with timers.time("backward"):
         # without policy-gradient signal (value head only) no regulariser may act alone
         loss, metrics = decision_ppo_loss(
@@ -493,7 +491,8 @@ def _decision_micro_step(
             loss = loss + config.vf_coef * value_loss
             metrics = {**metrics, "value_loss": value_loss.detach()}
         stepper.backward(loss, weight)
-    return {**metrics, "loss": loss.detach()}
+    sums = PositionSums.of(logp_all, policy.max_menu_size)
+    return {**metrics, "loss": loss.detach(), "position_sums": sums}
 
 
 def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:

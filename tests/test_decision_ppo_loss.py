@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 
 from rlid.ppo import (
+    PositionSums,
     decision_ppo_loss,
     exact_entropy,
     exact_kl,
     label_marginal_kl_uniform,
+    position_bias,
     position_directions,
 )
 
@@ -206,84 +209,76 @@ def test_label_marginal_groups_by_menu_size():
     assert label_marginal_kl_uniform(wide).item() == pytest.approx(expected)
 
 
-# --- position penalty: the pooled position marginal's KL, an additive per-decision term
+# --- position bias: an unbiased, size-pooled U-statistic, and the penalty's directions
 
 
-def _directions(logp_all: torch.Tensor) -> torch.Tensor:
-    """(B, K) directions on each decision's rows, as the trainer builds them."""
+def _bias(logp_all: torch.Tensor) -> float:
+    return position_bias(PositionSums.of(logp_all, logp_all.shape[1]))
+
+
+def test_position_bias_hand():
+    # [0.9, 0.1] and [0.8, 0.2]: d = [0.4, -0.4], [0.3, -0.3]; w = 1 / (2 * 0.5) = 1;
+    # P = sum over b != c of d_b . d_c / (B (B-1)) = 2 * (0.12 + 0.12) / 2 = 0.24
+    assert _bias(log([[0.9, 0.1], [0.8, 0.2]])) == pytest.approx(0.24)
+    # opposite favourites: -0.32 (one batch's estimate can be negative)
+    assert _bias(log([[0.9, 0.1], [0.1, 0.9]])) == pytest.approx(-0.32)
+    assert _bias(log([[0.9, 0.1]])) == 0.0  # one decision: no pair
+
+
+def test_position_bias_is_zero_over_shuffles_whatever_the_confidence():
+    # menus [0.9, 0.1] (2 rows) and [0.7, 0.2, 0.1] (3 rows), each shuffled independently:
+    # a policy that follows the rows' content. Averaged over all 2 x 6 shufflings the
+    # estimate is exactly 0, while the size-grouped diagnostic counts confidence (> 0.3).
+    ours, grouped = [], []
+    for a in itertools.permutations([0.9, 0.1]):
+        for b in itertools.permutations([0.7, 0.2, 0.1]):
+            logp = log([[*a, 0.0], list(b)])
+            ours.append(_bias(logp))
+            grouped.append(label_marginal_kl_uniform(logp).item())
+    assert sum(ours) / len(ours) == pytest.approx(0.0, abs=1e-12)
+    assert sum(grouped) / len(grouped) > 0.3
+
+
+def test_position_sums_add_up_over_parts():
+    logp = log([[0.5, 0.5, 0.0], [0.7, 0.2, 0.1], [0.9, 0.1, 0.0]])
+    whole = PositionSums.of(logp, 4)
+    parts = PositionSums.of(logp[:1, :2], 4) + PositionSums.of(logp[1:], 4)
+    for a, b in zip(whole, parts):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(PositionSums.unflat(whole.flat()).dev, whole.dev)
+
+
+def _u_statistic(logp_all: torch.Tensor) -> torch.Tensor:
+    """position_bias written out pair by pair, with gradients."""
     valid = logp_all != NEG_INF
-    sizes = valid.sum(-1, keepdim=True)
-    mass = torch.where(valid, logp_all.exp(), 0.0).sum(0)
-    expected = (valid / sizes).sum(0)
-    return torch.where(valid, position_directions(mass, expected)[None, :], 0.0)
+    uniform = valid / valid.sum(-1, keepdim=True)
+    d = torch.where(valid, logp_all.exp(), 0.0) - uniform
+    w = 0.5 / uniform.mean(0)
+    batch = len(d)
+    pairs = [(b, c) for b in range(batch) for c in range(batch) if b != c]
+    return sum((w * d[b] * d[c]).sum() for b, c in pairs) / (batch * (batch - 1))
 
 
-def _pooled_kl(logp_all: torch.Tensor) -> torch.Tensor:
-    """KL(p̄ ‖ ū) over positions pooled across menu sizes, with gradients."""
-    valid = logp_all != NEG_INF
-    p_bar = torch.where(valid, logp_all.exp(), 0.0).mean(0)
-    u_bar = (valid / valid.sum(-1, keepdim=True)).mean(0)
-    return (p_bar * (p_bar / u_bar).log()).sum()
-
-
-def test_position_directions_hand():
-    # menus [0.8, 0.2] and [0.6, 0.4]: mass [1.4, 0.6], expected [1, 1] -> g = [ln 1.4, ln 0.6]
-    g = position_directions(
-        torch.tensor([1.4, 0.6, 0.0], dtype=DT), torch.tensor([1.0, 1.0, 0.0], dtype=DT)
-    )
-    assert g.tolist() == pytest.approx([math.log(1.4), math.log(0.6), 0.0])  # no 3rd row
-
-
-def test_position_penalty_equals_the_marginal_kl():
-    # per-decision terms: 0.8 ln 1.4 + 0.2 ln 0.6 = 0.167010 and 0.6 ln 1.4 + 0.4 ln 0.6
-    # = -0.002452; their mean 0.082279 = 0.7 ln 1.4 + 0.3 ln 0.6 = KL(p̄ ‖ uniform)
-    logp = log([[0.8, 0.2], [0.6, 0.4]])
-    _, metrics = decision_ppo_loss(
-        logp, torch.tensor([0, 0]), logp[:, 0], torch.zeros(2, dtype=DT),
-        position_direction=_directions(logp), position_coef=1.0,
-    )  # fmt: skip
-    expected = 0.7 * math.log(1.4) + 0.3 * math.log(0.6)
-    assert metrics["position_penalty"].item() == pytest.approx(expected)
-    # one menu size: the same as the size-grouped diagnostic
-    assert label_marginal_kl_uniform(logp).item() == pytest.approx(expected)
-
-
-def test_position_penalty_pools_menu_sizes_and_ignores_confidence():
-    # [0.8, 0.2] (2 rows) and [1/30, 19/30, 1/3] (3 rows): position mass [5/6, 5/6, 1/3]
-    # is what uniform rows would put there, so no position preference (0), while the
-    # size-grouped diagnostic, one menu per size, counts their confidence:
-    # (0.8 ln 1.6 + 0.2 ln 0.4 + 1/30 ln 0.1 + 19/30 ln 1.9) / 2 = 0.261253
-    logp = log([[0.8, 0.2, 0.0], [1 / 30, 19 / 30, 1 / 3]])
-    _, metrics = decision_ppo_loss(
-        logp, torch.tensor([0, 0]), logp[:, 0], torch.zeros(2, dtype=DT),
-        position_direction=_directions(logp), position_coef=1.0,
-    )  # fmt: skip
-    assert metrics["position_penalty"].item() == pytest.approx(0.0, abs=1e-6)
-    grouped = (
-        0.8 * math.log(1.6) + 0.2 * math.log(0.4) + math.log(0.1) / 30 + 19 / 30 * math.log(1.9)
-    ) / 2
-    assert label_marginal_kl_uniform(logp).item() == pytest.approx(grouped)
-
-
-def test_position_penalty_has_the_marginal_kls_gradient():
+def test_position_penalty_has_the_bias_gradient():
     # menus of 2 and 3 rows (padded): the per-decision term's gradient with respect to
-    # the logits equals the gradient of the batch-level KL itself
+    # the logits equals the gradient of the batch-level statistic itself
     logits = torch.tensor(
         [[1.0, -0.5, -torch.inf], [0.3, 0.2, -torch.inf], [2.0, 0.1, -1.0], [0.0, 1.5, 0.4]],
         dtype=DT,
     )
     logits.requires_grad_(True)
     logp = torch.log_softmax(logits, -1)
-    loss, metrics = decision_ppo_loss(
+    sums = PositionSums.of(logp, 3)
+    loss, _ = decision_ppo_loss(
         logp, torch.tensor([0, 0, 0, 0]), logp.detach()[:, 0], torch.zeros(4, dtype=DT),
-        position_direction=_directions(logp.detach()), position_coef=1.0,
+        position_direction=position_directions(logp, sums).to(DT), position_coef=1.0,
     )  # fmt: skip
     (term,) = torch.autograd.grad(loss, logits)
-    kl = _pooled_kl(torch.log_softmax(logits, -1))
-    (exact,) = torch.autograd.grad(kl, logits)
-    assert metrics["position_penalty"].item() == pytest.approx(kl.item())
+    exact_value = _u_statistic(torch.log_softmax(logits, -1))
+    (exact,) = torch.autograd.grad(exact_value, logits)
+    assert position_bias(sums) == pytest.approx(exact_value.item())
     finite = torch.isfinite(logits)
-    torch.testing.assert_close(term[finite], exact[finite], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(term[finite], exact[finite], rtol=1e-5, atol=1e-7)
     assert exact[finite].abs().max() > 1e-3  # a real gradient, not two zeros
 
 
@@ -292,7 +287,8 @@ def test_position_penalty_pushes_mass_off_the_favoured_position():
     logp = torch.log_softmax(logits, -1)
     loss, _ = decision_ppo_loss(
         logp, torch.tensor([0, 0]), logp.detach()[:, 0], torch.zeros(2, dtype=DT),
-        position_direction=_directions(logp.detach()), position_coef=1.0,
+        position_direction=position_directions(logp, PositionSums.of(logp, 2)).to(DT),
+        position_coef=1.0,
     )  # fmt: skip
     loss.backward()
     assert (logits.grad[:, 0] > 0).all()  # descent lowers position 0's logit in both menus

@@ -13,7 +13,7 @@ CURVE_PANELS = (
     ("success", "success rate"),
     ("rollout_entropy", "row entropy H(pi(.|s))"),
     ("label_marginal_kl_uniform", "label-marginal KL to uniform"),
-    ("position_penalty", "position KL, sizes pooled (penalised)"),
+    ("position_bias", "position bias (unbiased, sizes pooled)"),
     ("rollout_label_mass", "label mass (1 - leakage)"),
     ("clip_frac", "clip fraction"),
     ("approx_kl", "approx KL to rollout policy"),
@@ -112,7 +112,7 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         last = metrics[-1]
         lines += ["", f"## Last iteration ({last['iteration']})", ""]
         shown = ["return", "success", "episode_length", "rollout_entropy", "label_marginal_kl_uniform",
-                 "position_penalty", "rollout_label_mass", "clip_frac", "approx_kl", "loss"]  # fmt: skip
+                 "position_bias", "rollout_label_mass", "clip_frac", "approx_kl", "loss"]  # fmt: skip
         for key in shown:
             if key in last:
                 lines.append(f"- {key}: {_fmt(last[key])}")
