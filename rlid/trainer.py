@@ -331,6 +331,8 @@ def ppo_update(
         return {"skipped_update": 1.0}
     stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
     micro = config.micro_batch_size or config.minibatch_size
+    # label positions exist on the decision plane only (scoring: no labels, no bound)
+    positions = policy.max_menu_size if config.plane == "decision" else 0
     logp_old = torch.tensor([d.logp for d in decisions])  # (N,)
     actions = torch.tensor([d.chosen for d in decisions])  # (N,)
     names = update_metric_names(config, policy)
@@ -355,7 +357,7 @@ def ppo_update(
                         whole = _position_sums(policy, decisions, idx, micro, parallel, world)
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
-                seen = PositionSums.zeros(policy.max_menu_size)  # the diagnostic's sums
+                seen = PositionSums.zeros(positions) if positions else None  # diagnostic
                 for part, context in parallel.micro_plan(chunks(len(idx), micro)):
                     # a filler step (part None) keeps the wrapper's collectives matched
                     with context:
@@ -364,9 +366,11 @@ def ppo_update(
                             actions, logp_old, advantages, targets, normaliser=len(chosen),
                             signal=signal, config=config, stepper=stepper, timers=timers,
                             weight=1.0 if part is not None else 0.0, position=whole,
+                            positions=positions,
                         )  # fmt: skip
-                    if part is not None:
-                        seen = seen + metrics.pop("position_sums")
+                    part_sums = metrics.pop("position_sums", None)
+                    if seen is not None and part is not None:
+                        seen = seen + part_sums
                     for k, v in metrics.items():
                         totals[k] = totals.get(k, 0.0) + (float(v) if part is not None else 0.0)
                 with timers.time("backward"):
@@ -377,8 +381,9 @@ def ppo_update(
                 reduced = dist_.all_sum([totals.get(k, 0.0) for k in names], world)
                 step_metrics = {k: float(v) for k, v in zip(names, reduced)}
                 step_metrics["grad_norm"] = float(grad_norm)
-                seen = PositionSums.unflat(dist_.all_sum(seen.flat(), world))
-                step_metrics["position_bias"] = position_bias(seen)
+                if seen is not None:
+                    seen = PositionSums.unflat(dist_.all_sum(seen.flat(), world))
+                    step_metrics["position_bias"] = position_bias(seen)
                 for name, value in step_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value
                 count += 1
@@ -445,12 +450,14 @@ def _decision_micro_step(
     timers: Timers,
     weight: float = 1.0,
     position: PositionSums | None = None,
+    positions: int = 0,
 ) -> dict[str, Any]:
     """Forward + backward of one micro-batch; its loss terms are sums / ``normaliser``
     (the minibatch's size), so micro-batch losses and metrics add up to the minibatch's.
     ``weight=0`` (a filler step of a wrapped model) backpropagates a zero loss.
     ``position``: the position penalty's sums over the whole minibatch (None: no
-    penalty); the micro-batch's own sums come back as ``position_sums``."""
+    penalty); with ``positions`` (the most menu rows; 0: none) the micro-batch's own
+    sums come back as ``position_sums``."""
     batch = [decisions[i] for i in idx]
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(batch)  # (B, K), (B,), (B, d) on device
@@ -491,8 +498,10 @@ def _decision_micro_step(
             loss = loss + config.vf_coef * value_loss
             metrics = {**metrics, "value_loss": value_loss.detach()}
         stepper.backward(loss, weight)
-    sums = PositionSums.of(logp_all, policy.max_menu_size)
-    return {**metrics, "loss": loss.detach(), "position_sums": sums}
+    out: dict[str, Any] = {**metrics, "loss": loss.detach()}
+    if positions:
+        out["position_sums"] = PositionSums.of(logp_all, positions)
+    return out
 
 
 def reference_model(config: TrainConfig, log: RunLog, model: torch.nn.Module) -> torch.nn.Module:
