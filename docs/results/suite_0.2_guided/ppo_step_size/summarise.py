@@ -1,6 +1,7 @@
 """One line per group of runs: held-out success before/after (mean and per seed), and
-the mean over seeds of training success (first/last 5 iterations), position bias and
-row entropy (first/last 3 iterations), from each run's eval.json and metrics.jsonl.
+the mean over seeds of training success (first/last 5 iterations), position bias
+(``label_marginal_kl_uniform``; and ``position_bias`` where logged) and row entropy
+(first/last 3 iterations), from each run's eval.json and metrics.jsonl.
 
     python summarise.py "NAME=runs/step/runs/*" ...
 
@@ -45,11 +46,16 @@ def line(name, pattern):
     bias = first_last(runs, "label_marginal_kl_uniform", 3)
     entropy = first_last(runs, "entropy", 3)
     seeds = " ".join(f"{x:.2f}" for x in after)
-    return (
+    text = (
         f"{name:28s} n={len(runs)} before {before:.2f} after {statistics.mean(after):.2f} "
         f"seeds {seeds} | train succ first5 {train[0]:.2f} last5 {train[1]:.2f} | "
         f"posbias {bias[0]:.2f}->{bias[1]:.2f} | ent {entropy[0]:.2f}->{entropy[1]:.2f}"
     )
+    if all("position_bias" in row for _, _, rows in runs for row in rows):
+        # the unbiased, size-pooled estimate (logged by runs made after it existed)
+        unbiased = first_last(runs, "position_bias", 3)
+        text += f" | position_bias {unbiased[0]:.3f}->{unbiased[1]:.3f}"
+    return text
 
 
 if __name__ == "__main__":
