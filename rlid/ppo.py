@@ -93,6 +93,14 @@ def label_marginal_kl_uniform(logp_all: Tensor) -> Tensor:
         return (mass * log_ratio).sum() / max(batch, 1)
 
 
+def _deviations(logp_all: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(valid, uniform u_b, deviation d_b = π_b − u_b), all (B, K) float64 on the CPU,
+    detached; u_b is uniform over menu b's valid rows, both 0 on padded rows."""
+    valid, _, probs = _menu_probs(logp_all.detach().to("cpu", torch.float64))
+    uniform = valid / valid.sum(-1, keepdim=True).clamp(min=1)
+    return valid, uniform, probs - uniform
+
+
 class PositionSums(NamedTuple):
     """Sums over a batch of menus from which the position bias is computed; each field
     adds up over micro-batches and processes (float64, on the CPU).
@@ -115,9 +123,7 @@ class PositionSums(NamedTuple):
     @classmethod
     def of(cls, logp_all: Tensor, width: int) -> PositionSums:
         """The sums of one batch (B, K ≤ width) of menu log-probs (−inf padded)."""
-        valid, _, probs = _menu_probs(logp_all.detach().to("cpu", torch.float64))
-        uniform = valid / valid.sum(-1, keepdim=True).clamp(min=1)
-        dev = probs - uniform
+        _, uniform, dev = _deviations(logp_all)
         pad = (0, width - logp_all.shape[1])
         return cls(
             F.pad(dev.sum(0), pad),
@@ -178,12 +184,10 @@ def position_directions(logp_all: Tensor, sums: PositionSums) -> Tensor:
     and ``logp_all`` are this micro-batch's rows (detached here). 0 on padded rows.
     """
     b = float(sums.batch)
-    valid, _, probs = _menu_probs(logp_all.detach().to("cpu", torch.float64))
     if b < 2:
         return torch.zeros(logp_all.shape, dtype=torch.float32, device=logp_all.device)
     width = logp_all.shape[1]
-    uniform = valid / valid.sum(-1, keepdim=True).clamp(min=1)
-    own = probs - uniform
+    valid, _, own = _deviations(logp_all)
     g = 2.0 * sums.weights()[:width] * (sums.dev[:width] - own) / (b - 1)
     return torch.where(valid, g, 0.0).to(device=logp_all.device, dtype=torch.float32)
 

@@ -354,7 +354,9 @@ def ppo_update(
                 whole = None  # the penalty's sums over the minibatch, before the step
                 if config.position_coef > 0 and signal:
                     with timers.time("forward"):
-                        whole = _position_sums(policy, decisions, idx, micro, parallel, world)
+                        whole = _position_sums(
+                            policy, decisions, idx, micro, positions, parallel, world
+                        )
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
                 seen = PositionSums.zeros(positions) if positions else None  # diagnostic
@@ -415,13 +417,14 @@ def _position_sums(
     decisions: list[Decision],
     idx: np.ndarray,
     micro: int,
+    width: int,
     parallel: dist_.Parallel,
     world: World,
 ) -> PositionSums:
-    """The position penalty's sums over the whole minibatch (every micro-batch, every
-    rank) at the current parameters: a no-grad pass before its forward/backward, so
-    the micro-batched, N-process step is the one-batch step. The same on every rank."""
-    width = policy.max_menu_size
+    """The position penalty's sums (``width`` positions) over the whole minibatch
+    (every micro-batch, every rank) at the current parameters: a no-grad pass before
+    its forward/backward, so the micro-batched, N-process step is the one-batch step.
+    The same on every rank."""
     sums = PositionSums.zeros(width)
     with torch.no_grad():
         # the update's micro-plan: a sharded model's forwards are collective (fillers)

@@ -179,8 +179,8 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
 
 
 def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
-    # blocks of 16 and 4 episodes: one per rank; the position penalty's marginals are
-    # summed over the ranks' rollouts
+    # blocks of 16 and 4 episodes: one per rank; the position penalty's sums over each
+    # minibatch are summed over the ranks
     cfg = config(eval_episodes=20, position_coef=0.5)
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
