@@ -53,6 +53,7 @@ import torch
 import envs as envs_pkg
 from envs.registry import COMMON_OPTIONS
 from menus import Interface, compile_menu, make_memory
+from menus.labels import parse_alphabet
 from menus.prompt import (
     command_completion,
     label_set_for,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from rlid.runs.lock import RunLock
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
+DEFAULT_LABELS = "A-Z"
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -107,9 +109,18 @@ class PretrainConfig:
     steps: int = _f(400, "optimizer steps")
     batch_size: int = _f(16, "sequences per step")
     lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
-    max_tokens: int = _f(384, "longer sequences are dropped")
+    max_tokens: int = _f(
+        384, "longer sequences are dropped (how many, per env, is printed and kept in pretrain.json)"
+    )
     seed: int = _f(0, "seed (play and training)")
     threads: int = _f(2, "torch CPU threads")
+    labels: str = _f(
+        DEFAULT_LABELS,
+        "label alphabet of the corpus's menus, as a run's interface labels; a menu with more "
+        "legal actions than labels keeps the first ones, and a walkthrough episode whose next "
+        "command is not on it stops there ('auto': A-Z, a-z, 0-9, so up to 62 rows: match "
+        "the comparison the warm start is for, e.g. examples/suite.toml)",
+    )
 
     def __post_init__(self) -> None:
         envs = tuple(part for item in self.envs for part in split_env_entries(str(item)))
@@ -134,6 +145,7 @@ class PretrainConfig:
             raise ValueError("give at least one env id to play")
         for entry in self.envs:
             parse_env_entry(entry)  # unknown ids and options fail listing the valid ones
+        parse_alphabet(self.labels)  # a bad spec fails naming the valid forms
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,8 @@ class Transcript:
     prompt: str
     answer: str
     guided: bool
+    env: str = ""
+    """The ``--envs`` entry whose game it comes from."""
 
 
 _RESERVED = ("split", "num_games", "max_episode_steps", "game_seed")
@@ -208,7 +222,7 @@ def transcripts(
     (``progress``: a bar per env and kind of play)."""
     from tqdm import tqdm
 
-    interface = interface or Interface()
+    interface = interface or Interface(labels=config.labels)
     labels = label_set_for(interface, tokenizer)
     rng = np.random.default_rng(config.seed)
     pool = {"num_games": config.num_games} if config.num_games else {}
@@ -222,7 +236,7 @@ def transcripts(
         bar = tqdm(episodes, desc=f"corpus: random play, {entry}", disable=not progress)
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
-            texts += _play(env, seed, None, interface, labels, tokenizer, rng)
+            texts += _play(env, entry, seed, None, interface, labels, tokenizer, rng)
         env.close()
     if config.walkthrough_episodes:
         # Its own stream: the random-play part stays what it was without walkthroughs.
@@ -239,13 +253,16 @@ def transcripts(
             seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
             bar = tqdm(seeds, desc=f"corpus: walkthroughs, {entry}", disable=not progress)
             for seed in bar:
-                texts += _play(env, seed, "walkthrough", interface, labels, tokenizer, rng)
+                texts += _play(
+                    env, entry, seed, "walkthrough", interface, labels, tokenizer, rng
+                )
             env.close()
     return texts
 
 
 def _play(
     env: Any,
+    entry: str,
     seed: int,
     guide: str | None,
     interface: Interface,
@@ -287,12 +304,12 @@ def _play(
             row = int(rng.integers(len(menu.rows)))
         label, action = menu.rows[row].label, menu.rows[row].action
         prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
-        texts.append(Transcript(prompt, render_decision_target(label, action), bool(guide)))
+        texts.append(Transcript(prompt, render_decision_target(label, action), bool(guide), entry))
         token_prompt = render_token_prompt(
             obs, info, interface, tokenizer, memory_text,
             legal_actions=legal if interface.show_legal_to_token_plane else None,
         )  # fmt: skip
-        texts.append(Transcript(token_prompt, command_completion(action), bool(guide)))
+        texts.append(Transcript(token_prompt, command_completion(action), bool(guide), entry))
         obs, _, terminated, truncated, info = env.step(action)
         memory.update(obs, action, info)
         done = terminated or truncated
@@ -300,17 +317,27 @@ def _play(
 
 
 def training_sequences(
-    config: PretrainConfig, tokenizer: Any, *, progress: bool = False
+    config: PretrainConfig,
+    tokenizer: Any,
+    *,
+    progress: bool = False,
+    dropped: dict[str, list[int]] | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """The corpus as ``(token ids + EOS, loss weights)`` pairs, a weight per token (of
     predicting it from the tokens before it): 1 for a prompt token, ``answer_weight``
     from where the answer starts to the EOS, and 0 for a random-play answer when
-    ``random_answers`` is off. Sequences over ``max_tokens`` are dropped."""
+    ``random_answers`` is off. Sequences over ``max_tokens`` are dropped; ``dropped``,
+    if given, receives ``{env entry: [dropped, of all]}`` for every env."""
     eos = tokenizer.eos_token_id
     seqs: list[tuple[list[int], list[float]]] = []
+    counts = dropped if dropped is not None else {}
+    for entry in config.envs:
+        counts[entry] = [0, 0]
     for t in transcripts(config, tokenizer, progress=progress):
         ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
+        counts[t.env][1] += 1
         if len(ids) > config.max_tokens:
+            counts[t.env][0] += 1
             continue
         answer = config.answer_weight if (t.guided or config.random_answers) else 0.0
         if answer == 1.0:  # the answer weighs as the prompt: no need to find where it starts
@@ -354,6 +381,8 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
     settings = asdict(config)
     settings.pop("threads")
     settings["envs"] = list(settings["envs"])
+    if settings["labels"] == DEFAULT_LABELS:  # as saved before the option existed
+        settings.pop("labels")
     return settings
 
 
@@ -491,9 +520,18 @@ def _pretrain_locked(
     if saved is not None:
         _check_settings(saved, config, work)  # fail before building the corpus
     tokenizer = build_tiny_tokenizer()
-    seqs = training_sequences(config, tokenizer, progress=progress)
+    dropped: dict[str, list[int]] = {}
+    seqs = training_sequences(config, tokenizer, progress=progress, dropped=dropped)
     if not seqs:
         raise ValueError("no transcript fits max_tokens; raise --max-tokens")
+    for entry, (n, total) in dropped.items():
+        if n:
+            print(
+                f"rlid pretrain: {n} of {total} sequences of {entry} are longer than "
+                f"max_tokens {config.max_tokens} and were dropped",
+                file=sys.stderr,
+                flush=True,
+            )
     digest = _corpus_digest(seqs)
     model = build_tiny_model(tokenizer, seed=config.seed)
     model.train()
@@ -573,6 +611,7 @@ def _pretrain_locked(
     info = {
         "config": asdict(config),
         "sequences": len(seqs),
+        "dropped": {entry: {"dropped": n, "of": total} for entry, (n, total) in dropped.items()},
         "first_loss": float(np.mean(losses[:10])),
         "final_loss": float(np.mean(losses[-20:])),
         "seconds": spent + time.perf_counter() - t0,
