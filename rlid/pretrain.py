@@ -110,7 +110,8 @@ class PretrainConfig:
     batch_size: int = _f(16, "sequences per step")
     lr: float = _f(2e-3, "AdamW learning rate (cosine decay to 10%)")
     max_tokens: int = _f(
-        384, "longer sequences are dropped (how many, per env, is printed and kept in pretrain.json)"
+        384,
+        "longer sequences are dropped (how many, per env, is printed and kept in pretrain.json)",
     )
     seed: int = _f(0, "seed (play and training)")
     threads: int = _f(2, "torch CPU threads")
@@ -253,9 +254,7 @@ def transcripts(
             seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
             bar = tqdm(seeds, desc=f"corpus: walkthroughs, {entry}", disable=not progress)
             for seed in bar:
-                texts += _play(
-                    env, entry, seed, "walkthrough", interface, labels, tokenizer, rng
-                )
+                texts += _play(env, entry, seed, "walkthrough", interface, labels, tokenizer, rng)
             env.close()
     return texts
 
