@@ -241,6 +241,11 @@ def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_
     other = PretrainConfig(**{**config.__dict__, "steps": 5})
     with pytest.raises(ValueError, match=r"steps: 5 here, 4 there.*--restart"):
         pretrain(other, out=out, progress=False)
+    # the default labels are not saved (checkpoints from before the option resume)
+    assert "labels" not in pretrain_mod._same_build(config)
+    relabelled = PretrainConfig(**{**config.__dict__, "labels": "auto"})
+    with pytest.raises(ValueError, match=r"labels: 'auto' here, None there"):
+        pretrain(relabelled, out=out, progress=False)
     assert progress.is_dir() and not out.exists()  # kept, not mixed
     # another thread count resumes the same build (it changes the speed, not the recipe)
     same = PretrainConfig(**{**config.__dict__, "threads": 2})
@@ -481,3 +486,56 @@ def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatc
     assert all(0 <= g < 5000 for g in played[5000])
     with pytest.raises(ValueError, match="num_games"):
         PretrainConfig(num_games=-1)
+
+
+def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_is_cut():
+    import re
+
+    from rlid.pretrain import transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, walkthrough_episodes=3)
+
+    def menus(labels: str) -> list[list[str]]:
+        corpus = transcripts(PretrainConfig(**base, labels=labels), tokenizer)
+        assert {t.env for t in corpus} == {"keydoor"}
+        decisions = [t for t in corpus if t.guided and "\nCommand: " in t.answer]
+        return [re.findall(r"\n([A-Za-z0-9])\) ", t.prompt) for t in decisions]
+
+    full, cut = menus("A-Z"), menus("A-B")
+    assert max(len(rows) for rows in full) > 2  # keydoor's menus are larger than 2 rows
+    assert all(sorted(rows) == ["A", "B"][: len(rows)] for rows in cut)
+    assert 0 < len(cut) < len(full)  # walkthroughs whose next command was cut stop there
+    assert PretrainConfig(labels="auto").labels == "auto"
+    with pytest.raises(ValueError, match="alphabet spec"):
+        PretrainConfig(labels="A-")
+
+
+def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_path, capsys):
+    import json
+
+    from rlid.pretrain import training_sequences, transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    config = PretrainConfig(
+        envs=("keydoor", "crafting"), episodes_per_env=2, max_episode_steps=3, steps=2,
+        batch_size=2, threads=1,
+    )  # fmt: skip
+    lengths: dict[str, list[int]] = {"keydoor": [], "crafting": []}
+    for t in transcripts(config, tokenizer):
+        lengths[t.env].append(len(tokenizer.encode(t.prompt + t.answer)) + 1)  # + EOS
+    cap = int(np.median(lengths["keydoor"] + lengths["crafting"]))
+    short = PretrainConfig(**{**config.__dict__, "max_tokens": cap})
+    dropped: dict[str, list[int]] = {}
+    kept = training_sequences(short, tokenizer, dropped=dropped)
+    expected = {env: [sum(n > cap for n in ns), len(ns)] for env, ns in lengths.items()}
+    assert dropped == expected and expected["keydoor"][0] + expected["crafting"][0] > 0
+    assert len(kept) == sum(total - n for n, total in expected.values())
+    info = pretrain(short, out=tmp_path / "m", progress=False)
+    err = capsys.readouterr().err
+    for env, (n, total) in expected.items():
+        if n:
+            assert f"{n} of {total} sequences of {env} are longer than max_tokens {cap}" in err
+    saved = json.loads((tmp_path / "m" / "pretrain.json").read_text())
+    assert saved["dropped"] == info["dropped"]
+    assert saved["dropped"] == {env: {"dropped": n, "of": t} for env, (n, t) in expected.items()}
