@@ -27,8 +27,9 @@ over 1,000 games 0.31, and 96 episodes over the 16 games 0.06 (README "Suite").
 
 A long build is resumable: every ``checkpoint_every`` steps the model, optimizer,
 schedule and sampling state go to ``.<out>.pretraining/`` beside the output
-(safetensors + JSON, one writer at a time); the same call with the same settings
-resumes there and ends with the same weights as an uninterrupted build.
+(safetensors + JSON, one writer at a time), and the corpus once, at the start; the
+same call with the same settings resumes there, on that corpus without playing it
+again, and ends with the same weights as an uninterrupted build.
 
 ``rlid pretrain`` caches the result in ``rlid.models.tiny_cache_dir()``;
 ``load_policy_model("tiny")`` then returns it (``model.rlid_origin == "warm"``).
@@ -413,6 +414,61 @@ def _save_progress(work: Path, state: dict[str, Any]) -> None:
         raise
 
 
+def _save_corpus(
+    work: Path, config: PretrainConfig, seqs: list[tuple[list[int], list[float]]], extra: Any
+) -> None:
+    """Keep the corpus beside the checkpoints (``work/corpus``), so that a resumed build
+    trains on it without playing it again. A sequence's weights are 1 up to ``start``
+    and ``answer`` from there (:func:`training_sequences`), so two numbers store them."""
+    from rlid.runs.dir import apply_umask
+    from rlid.runs.files import make_temp_dir
+    from rlid.runs.state import save_state
+
+    starts, answers = [], []
+    for ids, weights in seqs:
+        start = next((i for i, w in enumerate(weights) if w != 1.0), len(ids))
+        starts.append(start)
+        answers.append(weights[start] if start < len(ids) else 1.0)
+    tmp = make_temp_dir(work, ".corpus.")
+    try:
+        save_state(
+            tmp / "corpus",
+            {
+                "settings": _same_build(config),
+                "ids": torch.tensor([i for ids, _ in seqs for i in ids], dtype=torch.int32),
+                "lengths": torch.tensor([len(ids) for ids, _ in seqs], dtype=torch.int64),
+                "starts": starts,
+                "answers": answers,
+                "extra": extra,
+            },
+        )
+        apply_umask(tmp)
+        shutil.rmtree(work / "corpus", ignore_errors=True)  # one of a discarded build
+        os.replace(tmp, work / "corpus")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _load_corpus(
+    work: Path, config: PretrainConfig
+) -> tuple[list[tuple[list[int], list[float]]], Any] | None:
+    """The corpus :func:`_save_corpus` kept for this build, or None if there is none."""
+    from rlid.runs.state import load_state
+
+    if not (work / "corpus" / "corpus.json").is_file():
+        return None
+    saved = load_state(work / "corpus" / "corpus")
+    if not isinstance(saved, dict) or saved.get("settings") != _same_build(config):
+        return None
+    pieces = torch.split(saved["ids"], saved["lengths"].tolist())
+    seqs = [
+        (ids.tolist(), [1.0] * start + [float(answer)] * (len(ids) - start))
+        for ids, start, answer in zip(pieces, saved["starts"], saved["answers"])
+    ]
+    return seqs, saved["extra"]
+
+
 def _load_progress(work: Path) -> dict[str, Any] | None:
     """The saved state of an unfinished build, or None (also after a kill between the
     two renames of a save: the previous checkpoint is then the one left)."""
@@ -445,7 +501,8 @@ def _check_corpus(saved: dict[str, Any], digest: str, work: Path) -> None:
     if saved.get("corpus") != digest:
         raise ValueError(
             f"{work} holds an unfinished pretraining over another corpus (same settings, "
-            "different transcripts: the envs or the prompt changed since); pass --restart "
+            "different transcripts: the envs or the prompt changed since, or the corpus kept "
+            "beside the checkpoint was altered); pass --restart "
             "(restart=True) to discard it"
         )
 
@@ -513,14 +570,18 @@ def _pretrain_locked(
     torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
     if restart:
-        for name in _PROGRESS_DIRS:
+        for name in (*_PROGRESS_DIRS, "corpus"):
             shutil.rmtree(work / name, ignore_errors=True)
     saved = _load_progress(work)
     if saved is not None:
         _check_settings(saved, config, work)  # fail before building the corpus
     tokenizer = build_tiny_tokenizer()
     dropped: dict[str, list[int]] = {}
-    seqs = training_sequences(config, tokenizer, progress=progress, dropped=dropped)
+    kept = _load_corpus(work, config) if saved is not None else None
+    if kept is not None:  # the corpus this build started on, as it was then
+        seqs, dropped = kept
+    else:
+        seqs = training_sequences(config, tokenizer, progress=progress, dropped=dropped)
     if not seqs:
         raise ValueError("no transcript fits max_tokens; raise --max-tokens")
     for entry, (n, total) in dropped.items():
@@ -532,6 +593,8 @@ def _pretrain_locked(
                 flush=True,
             )
     digest = _corpus_digest(seqs)
+    if every and kept is None:
+        _save_corpus(work, config, seqs, dropped)
     model = build_tiny_model(tokenizer, seed=config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)

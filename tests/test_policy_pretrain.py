@@ -192,6 +192,10 @@ def _crashing_pretrain(monkeypatch, at_step: int, config, out, every: int) -> No
         monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
 
 
+def _not_called(*args, **kwargs):
+    raise AssertionError("the corpus was played again")
+
+
 def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkeypatch, capsys):
     """Killed in step 6 with a checkpoint every 2 steps, the build resumes at step 4
     and ends bit-identical to an uninterrupted one; the checkpoint is gone afterwards."""
@@ -213,9 +217,15 @@ def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkey
     os.umask(mask)
     assert (saved / "state.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask  # shareable
 
-    resumed = pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=2)
+    assert (saved.parent / "corpus" / "corpus.json").is_file()  # kept beside the checkpoints
+    fresh = pretrain_mod.training_sequences
+    with monkeypatch.context() as patch:  # the resumed build does not play its corpus again
+        patch.setattr(pretrain_mod, "training_sequences", _not_called)
+        resumed = pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=2)
+    assert pretrain_mod.training_sequences is fresh
     assert "resuming at step 4 of 7" in capsys.readouterr().err
     assert resumed["resumed_at_step"] == 4
+    assert resumed["sequences"] == whole["sequences"] and resumed["dropped"] == whole["dropped"]
     assert (resumed["first_loss"], resumed["final_loss"]) == (
         whole["first_loss"], whole["final_loss"],
     )  # fmt: skip
@@ -539,3 +549,37 @@ def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_
     saved = json.loads((tmp_path / "m" / "pretrain.json").read_text())
     assert saved["dropped"] == info["dropped"]
     assert saved["dropped"] == {env: {"dropped": n, "of": t} for env, (n, t) in expected.items()}
+
+
+def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
+    tmp_path, monkeypatch
+):
+    import shutil
+
+    import rlid.pretrain as pretrain_mod
+    from rlid.runs.state import load_state, save_state
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=4, batch_size=2,
+        threads=1, walkthrough_episodes=1, answer_weight=3.0, random_answers=False,
+    )  # fmt: skip
+    whole = pretrain(config, out=tmp_path / "whole", progress=False, checkpoint_every=1)
+    # a checkpoint without its corpus (one written before the corpus was kept): played again
+    _crashing_pretrain(monkeypatch, 3, config, tmp_path / "m", every=1)
+    corpus = pretrain_mod.work_dir(tmp_path / "m") / "corpus"
+    kept = load_state(corpus / "corpus")
+    assert set(kept["answers"]) == {0.0, 3.0}  # random-play answers untrained, walkthroughs x3
+    shutil.rmtree(corpus)
+    assert pretrain(config, out=tmp_path / "m", progress=False)["final_loss"] == whole["final_loss"]
+    # a kept corpus that no longer matches the checkpoint's digest is refused, not used
+    _crashing_pretrain(monkeypatch, 3, config, tmp_path / "n", every=1)
+    corpus = pretrain_mod.work_dir(tmp_path / "n") / "corpus"
+    kept = load_state(corpus / "corpus")
+    kept["ids"][0] += 1
+    save_state(corpus / "corpus", kept)
+    with pytest.raises(ValueError, match="another corpus"):
+        pretrain(config, out=tmp_path / "n", progress=False)
+    # --restart discards it with the checkpoint and builds afresh
+    info = pretrain(config, out=tmp_path / "n", progress=False, restart=True)
+    assert info["resumed_at_step"] == 0 and info["final_loss"] == whole["final_loss"]
+    assert not pretrain_mod.work_dir(tmp_path / "n").exists()
