@@ -334,7 +334,8 @@ def training_sequences(
     for entry in config.envs:
         counts[entry] = [0, 0]
     for t in transcripts(config, tokenizer, progress=progress):
-        ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False) + [eos]
+        ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False, verbose=False)
+        ids += [eos]  # verbose off: a sequence over the context is dropped below, not run
         counts[t.env][1] += 1
         if len(ids) > config.max_tokens:
             counts[t.env][0] += 1
@@ -343,7 +344,7 @@ def training_sequences(
         if answer == 1.0:  # the answer weighs as the prompt: no need to find where it starts
             seqs.append((ids, [1.0] * len(ids)))
             continue
-        prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False)
+        prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False, verbose=False)
         start = next(  # the first token that differs from the prompt's own encoding
             (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
         )
