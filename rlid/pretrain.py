@@ -116,6 +116,12 @@ class PretrainConfig:
     )
     seed: int = _f(0, "seed (play and training)")
     threads: int = _f(2, "torch CPU threads")
+    max_batch_tokens: int = _f(
+        0,
+        "split each step's batch, sorted by length, into pieces of at most N padded tokens "
+        "whose gradients add up to the whole batch's (the same loss with less padding: "
+        "several times faster when lengths vary; 0: one padded batch)",
+    )
     labels: str = _f(
         DEFAULT_LABELS,
         "label alphabet of the corpus's menus, as a run's interface labels; a menu with more "
@@ -130,6 +136,8 @@ class PretrainConfig:
         for name in ("episodes_per_env", "max_episode_steps", "steps", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_batch_tokens < 0:
+            raise ValueError(f"max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
         if self.walkthrough_episodes < 0:
             raise ValueError(f"walkthrough_episodes must be >= 0, got {self.walkthrough_episodes}")
         most = int(COMMON_OPTIONS["num_games"].max or 0)  # the envs' own bound
@@ -353,15 +361,84 @@ def training_sequences(
 
 
 def weighted_lm_loss(
-    logits: torch.Tensor, input_ids: torch.Tensor, weights: torch.Tensor
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    normaliser: float | None = None,
 ) -> torch.Tensor:
     """``sum_i w_i * CE(token_i | tokens < i) / sum_i w_i`` over a batch: ``logits`` (B, T, V),
-    ``input_ids`` and ``weights`` (B, T), weight 0 on padding and on the first token."""
+    ``input_ids`` and ``weights`` (B, T), weight 0 on padding and on the first token.
+    ``normaliser`` replaces ``sum_i w_i`` (a piece of a larger batch divides by the
+    whole batch's sum, so that the pieces' losses add up to the batch's)."""
     ce = torch.nn.functional.cross_entropy(
         logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), reduction="none"
     ).view(input_ids.shape[0], -1)  # (B, T-1)
     w = weights[:, 1:]
+    if normaliser is not None:
+        return (ce * w).sum() / max(normaliser, 1e-8)
     return (ce * w).sum() / w.sum().clamp_min(1e-8)
+
+
+def length_pieces(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """A batch's indices in order of length, cut into pieces of at most ``max_tokens``
+    padded tokens (pieces x longest; a longer sequence is a piece alone); 0: one piece
+    in the batch's own order."""
+    if not max_tokens:
+        return [list(range(len(lengths)))]
+    pieces: list[list[int]] = [[]]
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if pieces[-1] and (len(pieces[-1]) + 1) * lengths[i] > max_tokens:
+            pieces.append([])
+        pieces[-1].append(i)
+    return pieces
+
+
+def _padded(
+    batch: list[tuple[list[int], list[float]]], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, attention_mask, weights)``, each (B, T), weight 0 on padding."""
+    t_max = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), t_max), pad, dtype=torch.long)
+    attention = torch.zeros((len(batch), t_max), dtype=torch.long)
+    weights = torch.zeros((len(batch), t_max))
+    for b, (ids, w) in enumerate(batch):
+        input_ids[b, : len(ids)] = torch.tensor(ids)
+        attention[b, : len(ids)] = 1
+        weights[b, : len(ids)] = torch.tensor(w)
+    return input_ids, attention, weights
+
+
+def batch_backward(
+    model: Any,
+    batch: list[tuple[list[int], list[float]]],
+    pad: int,
+    answer_weight: float,
+    max_batch_tokens: int = 0,
+) -> torch.Tensor:
+    """Back-propagate one step's loss over ``batch`` (``(ids, weights)`` pairs) and return
+    it, detached: one padded batch, or pieces of at most ``max_batch_tokens`` padded
+    tokens (:func:`length_pieces`) whose gradients add up to the one batch's."""
+    pieces = length_pieces([len(ids) for ids, _ in batch], max_batch_tokens)
+    if len(pieces) == 1:  # one padded batch (as before the option)
+        input_ids, attention, weights = _padded(batch, pad)
+        if answer_weight == 1.0:  # weights 0/1: the model's own loss
+            labels = input_ids.masked_fill(weights == 0, -100)
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        else:
+            logits = model(input_ids=input_ids, attention_mask=attention).logits
+            loss = weighted_lm_loss(logits, input_ids, weights)
+        loss.backward()
+        return loss.detach()
+    total = sum(sum(w[1:]) for _, w in batch)  # the whole batch's normaliser
+    loss = torch.zeros(())
+    for piece in pieces:  # the same loss, piece by piece: each adds its share of the sum
+        input_ids, attention, weights = _padded([batch[b] for b in piece], pad)
+        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        part = weighted_lm_loss(logits, input_ids, weights, normaliser=total)
+        part.backward()
+        loss = loss + part.detach()
+    return loss
 
 
 CHECKPOINT_EVERY = 200
@@ -381,6 +458,7 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
     """The settings a resumed build must share (threads only change the speed)."""
     settings = asdict(config)
     settings.pop("threads")
+    settings.pop("max_batch_tokens")  # the same loss and gradient, up to rounding
     settings["envs"] = list(settings["envs"])
     if settings["labels"] == DEFAULT_LABELS:  # as saved before the option existed
         settings.pop("labels")
@@ -631,22 +709,8 @@ def _pretrain_locked(
     for step in bar:
         idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
         batch = [seqs[i] for i in idx]
-        t_max = max(len(s) for s, _ in batch)
-        input_ids = torch.full((len(batch), t_max), pad, dtype=torch.long)  # (B, T) right-padded
-        attention = torch.zeros((len(batch), t_max), dtype=torch.long)
-        weights = torch.zeros((len(batch), t_max))  # (B, T) loss weight per token, 0 on padding
-        for b, (s, w) in enumerate(batch):
-            input_ids[b, : len(s)] = torch.tensor(s)
-            attention[b, : len(s)] = 1
-            weights[b, : len(s)] = torch.tensor(w)
-        if config.answer_weight == 1.0:  # weights 0/1: the model's own loss (as before)
-            labels = input_ids.masked_fill(weights == 0, -100)
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        else:
-            logits = model(input_ids=input_ids, attention_mask=attention).logits
-            loss = weighted_lm_loss(logits, input_ids, weights)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = batch_backward(model, batch, pad, config.answer_weight, config.max_batch_tokens)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()

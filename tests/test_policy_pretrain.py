@@ -583,3 +583,45 @@ def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
     info = pretrain(config, out=tmp_path / "n", progress=False, restart=True)
     assert info["resumed_at_step"] == 0 and info["final_loss"] == whole["final_loss"]
     assert not pretrain_mod.work_dir(tmp_path / "n").exists()
+
+
+def test_length_pieces_by_hand():
+    from rlid.pretrain import length_pieces
+
+    lengths = [5, 100, 7, 30, 6]
+    assert length_pieces(lengths, 0) == [[0, 1, 2, 3, 4]]  # off: the batch as it is
+    # in length order 5, 6, 7, 30, 100: 3 x 7 = 21 fits 24, 4 x 30 does not; 100 alone
+    assert length_pieces(lengths, 24) == [[0, 4, 2], [3], [1]]
+    assert length_pieces(lengths, 1000) == [[0, 4, 2, 3, 1]]  # 5 x 100 fits: one piece
+    assert length_pieces(lengths, 1) == [[0], [4], [2], [3], [1]]  # each alone, none dropped
+
+
+@pytest.mark.parametrize("answer_weight", [1.0, 5.0])
+def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_weight):
+    """``max_batch_tokens``: pieces of a length-sorted batch, each divided by the whole
+    batch's weight, add up to the loss and gradient of the batch padded as one."""
+    from rlid.pretrain import batch_backward, training_sequences
+
+    tokenizer = build_tiny_tokenizer()
+    config = PretrainConfig(
+        envs=("keydoor", "crafting"), episodes_per_env=2, max_episode_steps=3,
+        walkthrough_episodes=1, random_answers=False, answer_weight=answer_weight,
+    )  # fmt: skip
+    seqs = training_sequences(config, tokenizer)
+    batch = seqs[:3] + seqs[-3:]  # mixed lengths, random-play (weight 0 answers) and walkthrough
+    lengths = sorted(len(ids) for ids, _ in batch)
+    assert lengths[0] < lengths[-1]
+    grads = []
+    for max_tokens in (0, 2 * lengths[-1]):
+        model = build_tiny_model(tokenizer, seed=3)
+        loss = batch_backward(model, batch, tokenizer.pad_token_id, answer_weight, max_tokens)
+        grads.append((loss, [p.grad.clone() for p in model.parameters()]))
+    from rlid.pretrain import length_pieces
+
+    assert len(length_pieces([len(ids) for ids, _ in batch], 2 * lengths[-1])) > 1
+    (one_loss, one), (split_loss, split) = grads
+    assert split_loss.item() == pytest.approx(one_loss.item(), rel=1e-5)
+    for a, b in zip(one, split, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        PretrainConfig(max_batch_tokens=-1)
