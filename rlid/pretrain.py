@@ -562,6 +562,26 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
     return None
 
 
+def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """The model of an unfinished build into ``out`` as of its last checkpoint, to
+    evaluate it mid-build: ``(model, tokenizer, info)``, ``info`` with the ``step``
+    reached and the mean ``loss`` of its last 200 steps. Raises ``ValueError`` when
+    there is no unfinished build there."""
+    from rlid.models import build_tiny_model
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    saved = _load_progress(work_dir(Path(out)))
+    if saved is None:
+        raise ValueError(f"no unfinished pretraining of {out} (no {work_dir(Path(out))})")
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    model.load_state_dict(saved["model"])
+    model.eval()
+    losses = list(saved["losses"])[-200:]
+    info = {"step": int(saved["step"]), "loss": float(np.mean(losses)) if losses else None}
+    return model, tokenizer, info
+
+
 def _check_settings(saved: dict[str, Any], config: PretrainConfig, work: Path) -> None:
     theirs, ours = saved.get("settings", {}), _same_build(config)
     if theirs != ours:

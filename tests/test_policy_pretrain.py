@@ -625,3 +625,22 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="max_batch_tokens"):
         PretrainConfig(max_batch_tokens=-1)
+
+
+def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_path, monkeypatch):
+    import rlid.pretrain as pretrain_mod
+    from rlid.pretrain import load_unfinished
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=5, batch_size=2,
+        threads=1,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="no unfinished pretraining"):
+        load_unfinished(tmp_path / "m")
+    _crashing_pretrain(monkeypatch, 4, config, tmp_path / "m", every=3)
+    model, tokenizer, info = load_unfinished(tmp_path / "m")
+    saved = pretrain_mod._load_progress(pretrain_mod.work_dir(tmp_path / "m"))
+    assert info["step"] == 3 and info["loss"] == pytest.approx(np.mean(saved["losses"]))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, saved["model"][name]), name
+    assert not model.training and tokenizer.eos_token_id is not None
