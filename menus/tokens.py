@@ -30,8 +30,12 @@ from typing import Any
 
 
 def encode(tokenizer: Any, text: str, *, add_special_tokens: bool = False) -> list[int]:
-    """Token ids of ``text``; a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``."""
-    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    """Token ids of ``text``; a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``.
+
+    No ``transformers`` warning for a text longer than the model's context: callers
+    measure prompts to shorten them or refuse them with their length."""
+    quiet = {"verbose": False} if hasattr(tokenizer, "model_max_length") else {}
+    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens, **quiet)
     return list(getattr(ids, "ids", ids))
 
 

@@ -644,3 +644,28 @@ def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_pa
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, saved["model"][name]), name
     assert not model.training and tokenizer.eos_token_id is not None
+
+
+def test_measuring_a_prompt_over_the_context_prints_no_transformers_warning(capfd):
+    """Prompts are measured to be shortened (or refused with their length), so the
+    tokenizer's "will result in indexing errors" warning would only mislead."""
+    import logging
+
+    from menus.tokens import encode_prompt
+
+    tokenizer = build_tiny_tokenizer()
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    catch = Catch()
+    logging.getLogger("transformers").addHandler(catch)
+    try:
+        ids = encode_prompt(tokenizer, "go " * (tokenizer.model_max_length + 10))
+    finally:
+        logging.getLogger("transformers").removeHandler(catch)
+    assert len(ids) > tokenizer.model_max_length
+    assert not [m for m in seen if "longer than the specified maximum" in m]
+    assert "longer than the specified maximum" not in capfd.readouterr().err
