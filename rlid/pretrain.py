@@ -44,6 +44,8 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,7 @@ from menus.prompt import (
     render_decision_target,
     render_token_prompt,
 )
+from menus.tokens import encode
 
 if TYPE_CHECKING:
     from rlid.runs.lock import RunLock
@@ -342,8 +345,7 @@ def training_sequences(
     for entry in config.envs:
         counts[entry] = [0, 0]
     for t in transcripts(config, tokenizer, progress=progress):
-        ids = tokenizer.encode(t.prompt + t.answer, add_special_tokens=False, verbose=False)
-        ids += [eos]  # verbose off: a sequence over the context is dropped below, not run
+        ids = encode(tokenizer, t.prompt + t.answer) + [eos]  # over max_tokens: dropped below
         counts[t.env][1] += 1
         if len(ids) > config.max_tokens:
             counts[t.env][0] += 1
@@ -352,7 +354,7 @@ def training_sequences(
         if answer == 1.0:  # the answer weighs as the prompt: no need to find where it starts
             seqs.append((ids, [1.0] * len(ids)))
             continue
-        prompt_ids = tokenizer.encode(t.prompt, add_special_tokens=False, verbose=False)
+        prompt_ids = encode(tokenizer, t.prompt)
         start = next(  # the first token that differs from the prompt's own encoding
             (i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), len(prompt_ids)
         )
@@ -472,25 +474,33 @@ def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
     return digest.hexdigest()
 
 
-def _save_progress(work: Path, state: dict[str, Any]) -> None:
-    """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
+@contextmanager
+def _staged_state(work: Path, prefix: str, stem: str, obj: Any) -> Iterator[Path]:
+    """``obj`` saved (safetensors + JSON, the umask's permissions) as ``stem`` in a new
+    temp dir under ``work``, for the caller to rename into place; removed if that fails."""
     from rlid.runs.dir import apply_umask
     from rlid.runs.files import make_temp_dir
     from rlid.runs.state import save_state
 
-    tmp = make_temp_dir(work, ".progress.")
+    tmp = make_temp_dir(work, prefix)
     try:
-        save_state(tmp / "state", state)
+        save_state(tmp / stem, obj)
         apply_umask(tmp)
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _save_progress(work: Path, state: dict[str, Any]) -> None:
+    """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
+    with _staged_state(work, ".progress.", "state", state) as tmp:
         final, old = (work / name for name in _PROGRESS_DIRS)
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _save_corpus(
@@ -499,34 +509,22 @@ def _save_corpus(
     """Keep the corpus beside the checkpoints (``work/corpus``), so that a resumed build
     trains on it without playing it again. A sequence's weights are 1 up to ``start``
     and ``answer`` from there (:func:`training_sequences`), so two numbers store them."""
-    from rlid.runs.dir import apply_umask
-    from rlid.runs.files import make_temp_dir
-    from rlid.runs.state import save_state
-
     starts, answers = [], []
     for ids, weights in seqs:
         start = next((i for i, w in enumerate(weights) if w != 1.0), len(ids))
         starts.append(start)
         answers.append(weights[start] if start < len(ids) else 1.0)
-    tmp = make_temp_dir(work, ".corpus.")
-    try:
-        save_state(
-            tmp / "corpus",
-            {
-                "settings": _same_build(config),
-                "ids": torch.tensor([i for ids, _ in seqs for i in ids], dtype=torch.int32),
-                "lengths": torch.tensor([len(ids) for ids, _ in seqs], dtype=torch.int64),
-                "starts": starts,
-                "answers": answers,
-                "extra": extra,
-            },
-        )
-        apply_umask(tmp)
+    corpus = {
+        "settings": _same_build(config),
+        "ids": torch.tensor([i for ids, _ in seqs for i in ids], dtype=torch.int32),
+        "lengths": torch.tensor([len(ids) for ids, _ in seqs], dtype=torch.int64),
+        "starts": starts,
+        "answers": answers,
+        "extra": extra,
+    }
+    with _staged_state(work, ".corpus.", "corpus", corpus) as tmp:
         shutil.rmtree(work / "corpus", ignore_errors=True)  # one of a discarded build
         os.replace(tmp, work / "corpus")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _load_corpus(
