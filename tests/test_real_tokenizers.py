@@ -12,6 +12,7 @@ are facts of these vocabularies, read off once by hand.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -65,11 +66,24 @@ def _save(tokenizer, config, out: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _scratch(out, "tmp")
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another pytest worker (-n 2) finished the same build first
+        if not (out / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _scratch(out: Path, what: str) -> Path:
+    """A fresh directory beside `out` that no other pytest worker writes."""
+    path = out.with_name(f"{out.name}.{what}-{os.getpid()}")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 def build_mistral(out: Path) -> None:
@@ -78,10 +92,10 @@ def build_mistral(out: Path) -> None:
     from transformers import LlamaConfig, LlamaTokenizerFast
 
     model_file = Path(mistral_common.__file__).parent / "data" / "tokenizer.model.v1"
-    src = out.with_name("mistral-spm")
-    src.mkdir(parents=True, exist_ok=True)
+    src = _scratch(out, "spm")
     shutil.copy(model_file, src / "tokenizer.model")
     tokenizer = LlamaTokenizerFast.from_pretrained(src, add_bos_token=True, legacy=False)
+    shutil.rmtree(src, ignore_errors=True)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
