@@ -563,21 +563,54 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
 def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The model of an unfinished build into ``out`` as of its last checkpoint, to
     evaluate it mid-build: ``(model, tokenizer, info)``, ``info`` with the ``step``
-    reached and the mean ``loss`` of its last 200 steps. Raises ``ValueError`` when
+    reached, the build's ``steps`` and the mean ``loss`` of its last 200 steps. Raises ``ValueError`` when
     there is no unfinished build there."""
     from rlid.models import build_tiny_model
     from rlid.tokenizer import build_tiny_tokenizer
 
-    saved = _load_progress(work_dir(Path(out)))
+    work = work_dir(Path(out))
+    for attempt in range(3):  # a running build may replace its checkpoint as we read it
+        try:
+            saved = _load_progress(work)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     if saved is None:
-        raise ValueError(f"no unfinished pretraining of {out} (no {work_dir(Path(out))})")
+        raise ValueError(f"no unfinished pretraining of {out} (no {work})")
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)
     model.load_state_dict(saved["model"])
     model.eval()
     losses = list(saved["losses"])[-200:]
-    info = {"step": int(saved["step"]), "loss": float(np.mean(losses)) if losses else None}
+    info = {
+        "step": int(saved["step"]),
+        "steps": saved.get("settings", {}).get("steps"),
+        "loss": float(np.mean(losses)) if losses else None,
+    }
     return model, tokenizer, info
+
+
+def save_unfinished(out: Path, dest: Path) -> dict[str, Any]:
+    """Save the model of the unfinished build into ``out``, as of its last checkpoint,
+    as the model directory ``dest`` (for ``--model``), with ``snapshot.json`` naming the
+    build, step and loss; returns :func:`load_unfinished`'s ``info``. The build may be
+    running meanwhile. ``dest`` must be new or empty, and not ``out`` (where the build
+    writes its model when it finishes)."""
+    from rlid.models import save_policy_model
+
+    out, dest = Path(out), Path(dest)
+    if dest.resolve() == out.resolve():
+        raise ValueError(
+            f"{dest} is where the build writes its finished model; save the snapshot elsewhere"
+        )
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ValueError(f"{dest} exists and is not empty; a snapshot goes to a new directory")
+    model, tokenizer, info = load_unfinished(out)
+    save_policy_model(model, tokenizer, dest)
+    record = {"unfinished_build": str(out), **info}
+    (dest / "snapshot.json").write_text(json.dumps(record, indent=2) + "\n")
+    return info
 
 
 def _check_settings(saved: dict[str, Any], config: PretrainConfig, work: Path) -> None:

@@ -646,6 +646,44 @@ def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_pa
     assert not model.training and tokenizer.eos_token_id is not None
 
 
+def test_pretrain_snapshot_saves_the_unfinished_build_as_a_model_dir(tmp_path, monkeypatch, capsys):
+    import json
+
+    import rlid.pretrain as pretrain_mod
+    from rlid.cli.main import main
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=5, batch_size=2,
+        threads=1,
+    )  # fmt: skip
+    out, snap = tmp_path / "m", tmp_path / "snap"
+
+    def refused(dest, match):
+        assert main(["pretrain", "--out", str(out), "--snapshot", str(dest)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and match in err, err
+
+    refused(snap, "no unfinished pretraining")
+    assert not snap.exists()
+    _crashing_pretrain(monkeypatch, 4, config, out, every=3)
+    capsys.readouterr()
+    assert main(["pretrain", "--out", str(out), "--snapshot", str(snap)]) == 0
+    assert "at step 3 of 5" in capsys.readouterr().out
+    saved = pretrain_mod._load_progress(pretrain_mod.work_dir(out))
+    model, _ = load_policy_model(str(snap))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, saved["model"][name]), name
+    record = json.loads((snap / "snapshot.json").read_text())
+    assert record["step"] == 3 and record["steps"] == 5 and record["unfinished_build"] == str(out)
+    refused(snap, "not empty")  # never over a model, this snapshot included
+    assert json.loads((snap / "snapshot.json").read_text()) == record
+    refused(out, "finished model")
+    assert not (out / "config.json").exists()
+    # the build resumes from the same checkpoint afterwards
+    info = pretrain(config, out=out, progress=False, checkpoint_every=3)
+    assert info["config"]["steps"] == 5 and (out / "pretrain.json").exists()
+
+
 def test_measuring_a_prompt_over_the_context_prints_no_transformers_warning(capfd):
     """Prompts are measured to be shortened (or refused with their length), so the
     tokenizer's "will result in indexing errors" warning would only mislead."""

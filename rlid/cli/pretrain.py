@@ -14,6 +14,14 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     from rlid.models import tiny_cache_dir
 
     target = Path(args.out) if args.out else tiny_cache_dir()
+    if args.snapshot:
+        info = _pretrain_mod.save_unfinished(target, Path(args.snapshot))
+        loss = f"{info['loss']:.3f}" if info["loss"] is not None else "n/a"
+        print(
+            f"unfinished build of {target} at step {info['step']} of {info['steps']} "
+            f"(mean loss of its last 200 steps {loss}): saved to {args.snapshot}"
+        )
+        return 0
     if (target / "pretrain.json").exists() and not args.force and args.out is None:
         print(f"warm-started tiny model already cached at {target} (use --force to redo)")
         return 0
@@ -55,5 +63,12 @@ def add_pretrain_parser(sub: argparse._SubParsersAction) -> None:
         "--restart",
         action="store_true",
         help="discard an unfinished build of this output and start from step 0",
+    )
+    p.add_argument(
+        "--snapshot",
+        metavar="DIR",
+        help="save the model of the unfinished build of this output, as of its last "
+        "checkpoint, to the new directory DIR (a model for --model, e.g. rlid eval) and "
+        "exit; the build may be running meanwhile",
     )
     p.set_defaults(func=_cmd_pretrain)
