@@ -563,8 +563,8 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
 def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The model of an unfinished build into ``out`` as of its last checkpoint, to
     evaluate it mid-build: ``(model, tokenizer, info)``, ``info`` with the ``step``
-    reached, the build's ``steps`` and the mean ``loss`` of its last 200 steps. Raises ``ValueError`` when
-    there is no unfinished build there."""
+    reached, the build's ``steps`` and the mean ``loss`` of its last 200 steps.
+    Raises ``ValueError`` when there is no unfinished build there."""
     from rlid.models import build_tiny_model
     from rlid.tokenizer import build_tiny_tokenizer
 
