@@ -560,6 +560,34 @@ def _load_progress(work: Path) -> dict[str, Any] | None:
     return None
 
 
+def _progress_ids(work: Path) -> tuple[int | None, ...]:
+    """Which checkpoint directories ``work`` holds now (each save renames in a new one)."""
+    ids: list[int | None] = []
+    for name in _PROGRESS_DIRS:
+        try:
+            ids.append(os.stat(work / name).st_ino)
+        except FileNotFoundError:
+            ids.append(None)
+    return tuple(ids)
+
+
+def _load_progress_unchanged(work: Path) -> dict[str, Any] | None:
+    """:func:`_load_progress` by a reader without the build's lock: a running build may
+    replace its checkpoint between the reads of its JSON and its tensors, so a read
+    counts only if no checkpoint directory was replaced meanwhile (else it is retried)."""
+    for _ in range(3):
+        before = _progress_ids(work)
+        try:
+            saved = _load_progress(work)
+        except (OSError, ValueError):
+            if _progress_ids(work) == before:
+                raise  # not a save under way: really missing or corrupt
+            continue
+        if _progress_ids(work) == before:
+            return saved
+    raise ValueError(f"{work}: the checkpoint kept changing while read; try again")
+
+
 def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The model of an unfinished build into ``out`` as of its last checkpoint, to
     evaluate it mid-build: ``(model, tokenizer, info)``, ``info`` with the ``step``
@@ -569,13 +597,7 @@ def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     from rlid.tokenizer import build_tiny_tokenizer
 
     work = work_dir(Path(out))
-    for attempt in range(3):  # a running build may replace its checkpoint as we read it
-        try:
-            saved = _load_progress(work)
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
+    saved = _load_progress_unchanged(work)
     if saved is None:
         raise ValueError(f"no unfinished pretraining of {out} (no {work})")
     tokenizer = build_tiny_tokenizer()

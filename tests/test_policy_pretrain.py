@@ -679,6 +679,22 @@ def test_pretrain_snapshot_saves_the_unfinished_build_as_a_model_dir(tmp_path, m
     assert json.loads((snap / "snapshot.json").read_text()) == record
     refused(out, "finished model")
     assert not (out / "config.json").exists()
+    # a checkpoint saved while the snapshot reads the previous one: that read is not used
+    work = pretrain_mod.work_dir(out)
+    load, reads = pretrain_mod._load_progress, []
+
+    def read_then_save(path):
+        state = load(path)
+        reads.append(state["step"])
+        if len(reads) == 1:
+            pretrain_mod._save_progress(path, {**state, "step": 4})
+        return state
+
+    monkeypatch.setattr(pretrain_mod, "_load_progress", read_then_save)
+    assert main(["pretrain", "--out", str(out), "--snapshot", str(tmp_path / "snap2")]) == 0
+    assert reads == [3, 4] and "at step 4 of 5" in capsys.readouterr().out
+    monkeypatch.setattr(pretrain_mod, "_load_progress", load)
+    pretrain_mod._save_progress(work, saved)  # back to step 3 for the resume below
     # the build resumes from the same checkpoint afterwards
     info = pretrain(config, out=out, progress=False, checkpoint_every=3)
     assert info["config"]["steps"] == 5 and (out / "pretrain.json").exists()
