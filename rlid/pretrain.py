@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,9 +65,7 @@ from menus.prompt import (
     render_token_prompt,
 )
 from menus.tokens import encode
-
-if TYPE_CHECKING:
-    from rlid.runs.lock import RunLock
+from rlid.runs.lock import RunLock
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
@@ -681,7 +679,7 @@ def pretrain(
         raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
     target = Path(out) if out is not None else tiny_cache_dir()
     work = work_dir(target)
-    lock = _lock_work_dir(work)
+    lock = RunLock(work, "rlid pretrain").acquire(create=True)
     finished = False
     try:
         info = _pretrain_locked(
@@ -696,19 +694,6 @@ def pretrain(
         else:
             lock.release()
     return info
-
-
-def _lock_work_dir(work: Path) -> RunLock:
-    """Create ``work`` and take its lock (again if a finishing build removed it meanwhile)."""
-    from rlid.runs.lock import RunLock
-
-    for _ in range(5):
-        work.mkdir(parents=True, exist_ok=True)
-        try:
-            return RunLock(work, "rlid pretrain").acquire()
-        except FileNotFoundError:
-            continue
-    raise RuntimeError(f"{work} keeps being removed while this build starts")
 
 
 def _pretrain_locked(

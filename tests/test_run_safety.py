@@ -268,6 +268,32 @@ def test_a_lock_on_a_file_removed_meanwhile_is_retaken_on_the_new_one(tmp_path, 
     lock.release()
 
 
+def test_create_makes_the_directory_again_if_it_is_removed_while_locking(
+    tmp_path, monkeypatch
+):
+    # A finishing build removes its work dir (remove_directory) while the next build
+    # is between making it and opening its lock file: the open then finds no directory.
+    import rlid.runs.lock as lock_mod
+
+    work = tmp_path / "a" / "work"
+    real_open, opened = os.open, []
+
+    def remove_before_first_open(path, flags, mode=0o777):
+        opened.append(path)
+        if len(opened) == 1:
+            os.rmdir(work)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(lock_mod.os, "open", remove_before_first_open)
+    lock = RunLock(work, "next").acquire(create=True)
+    monkeypatch.undo()
+    assert len(opened) == 2 and lock.held
+    assert json.loads((work / ".rlid.lock").read_text())["purpose"] == "next"
+    lock.release()
+    with pytest.raises(FileNotFoundError):  # without create, a missing directory is an error
+        RunLock(tmp_path / "missing", "x").acquire()
+
+
 def test_start_refuses_a_directory_another_run_filled(tmp_path):
     out = tmp_path / "run"
     log = RunLog.open(out, small_config(), resume=False)

@@ -76,8 +76,12 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None and not self.lost
 
-    def acquire(self) -> RunLock:
-        """Take the lock now or raise :class:`RunLockedError` naming the holder."""
+    def acquire(self, *, create: bool = False) -> RunLock:
+        """Take the lock now or raise :class:`RunLockedError` naming the holder.
+
+        ``create``: make the directory first, and again if a finishing holder removes
+        it (:meth:`remove_directory`) while this call is taking the lock.
+        """
         import fcntl
 
         key = str(self.path.resolve())
@@ -86,7 +90,14 @@ class RunLock:
             previous._close()
             previous.lost = True
         for _ in range(_RETAKES):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            if create:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                continue  # removed between the mkdir and the open
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -105,7 +116,7 @@ class RunLock:
             # our flock: this lock guards nothing; take the one the path names now
             os.close(fd)
         else:
-            raise RunLockedError(f"{self.directory}: its lock file keeps being removed")
+            raise RunLockedError(f"{self.directory}: it or its lock file keeps being removed")
         stale = _read_info(fd)
         if stale.get("pid") and stale.get("pid") != os.getpid():
             print(
