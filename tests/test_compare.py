@@ -302,7 +302,7 @@ def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch)
 
 
 def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
-    from rlid.compare.run import check_existing_run
+    from rlid.compare.run import check_existing_run, run_state
     from rlid.runs import dir as rundir
 
     compare = parse_compare_config(tiny_comparison())
@@ -315,18 +315,24 @@ def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
     ))  # fmt: skip
     # started, not finished: it may still meet a large menu, so the difference matters
     with pytest.raises(ValueError, match="different config .*interface"):
-        check_existing_run(truncating, run_dir)
+        check_existing_run(truncating, run_dir, run_state(run_dir))
     rundir.write_json(run_dir / "eval.json", {"after": {"success": 0.5}})
-    check_existing_run(truncating, run_dir)  # finished under "error": no menu overflowed
-    check_existing_run(run, run_dir)
+    check_existing_run(
+        truncating, run_dir, run_state(run_dir)
+    )  # finished under "error": no menu overflowed
+    check_existing_run(run, run_dir, run_state(run_dir))
     other = replace(truncating, config=replace(
         truncating.config, interface=replace(truncating.config.interface, max_obs_chars=123)
     ))  # fmt: skip
     with pytest.raises(ValueError, match="different config .*interface"):
-        check_existing_run(other, run_dir)  # any other interface change still refuses
+        check_existing_run(
+            other, run_dir, run_state(run_dir)
+        )  # any other interface change still refuses
     rundir.write_json(run_dir / "config.json", {"config": truncating.config.to_dict()})
     with pytest.raises(ValueError, match="different config .*interface"):
-        check_existing_run(run, run_dir)  # truncate -> error is not the same run
+        check_existing_run(
+            run, run_dir, run_state(run_dir)
+        )  # truncate -> error is not the same run
 
 
 # ---------------------------------------------------------------------- statistics

@@ -268,9 +268,7 @@ def test_a_lock_on_a_file_removed_meanwhile_is_retaken_on_the_new_one(tmp_path, 
     lock.release()
 
 
-def test_create_makes_the_directory_again_if_it_is_removed_while_locking(
-    tmp_path, monkeypatch
-):
+def test_create_makes_the_directory_again_if_it_is_removed_while_locking(tmp_path, monkeypatch):
     # A finishing build removes its work dir (remove_directory) while the next build
     # is between making it and opening its lock file: the open then finds no directory.
     import rlid.runs.lock as lock_mod

@@ -46,8 +46,10 @@ def run_state(run_dir: Path) -> str:
     return "new"
 
 
-def check_existing_run(run: RunSpec, run_dir: Path) -> None:
+def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     """Refuse to reuse or resume a run directory trained with another config.
+
+    ``state`` is the directory's :func:`run_state`.
 
     One difference is immaterial: a run that *finished* under
     ``interface.overflow="error"`` never met a menu larger than its label alphabet
@@ -59,7 +61,7 @@ def check_existing_run(run: RunSpec, run_dir: Path) -> None:
     saved, _ = read_run_config(run_dir)
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
-    if differing == ["interface"] and run_state(run_dir) == "finished":
+    if differing == ["interface"] and state == "finished":
         overflow = {**found["interface"], "overflow": planned["interface"].get("overflow")}
         if overflow == planned["interface"] and found["interface"].get("overflow") == "error":
             return
@@ -205,7 +207,7 @@ def _run_locked(
     for run in runs:  # every check before any training
         run_dir = out / "runs" / run.name
         states[run.name] = run_state(run_dir)
-        check_existing_run(run, run_dir)
+        check_existing_run(run, run_dir, states[run.name])
         if states[run.name] != "finished":
             check_model_available(run)
     rundir.write_json(out / "comparison.json", compare.to_dict())
