@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
 
@@ -28,3 +35,28 @@ def _small_warm_start_recipe():
     )  # fmt: skip
     yield
     models.WARM_START_RECIPE = saved
+
+
+@contextlib.contextmanager
+def _locked_by_another_process(directory: Path, purpose: str) -> Iterator[int]:
+    """Hold ``directory``'s run lock in a child process; yield its pid."""
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
+         "RunLock(sys.argv[1], sys.argv[2]).acquire(create=True)\n"
+         "print('held', flush=True)\ntime.sleep(120)\n", str(directory), purpose],
+        env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.fixture
+def hold_lock():
+    """``with hold_lock(DIR, PURPOSE) as pid:`` DIR's run lock is held by process ``pid``."""
+    return _locked_by_another_process

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
@@ -256,39 +255,33 @@ def test_compare_out_refuses_a_directory_that_is_not_a_comparison(tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == ["report.md"]
 
 
-@contextlib.contextmanager
-def _locked_by_another_process(directory: Path, purpose: str) -> Iterator[int]:
-    """Hold ``directory``'s run lock in a child process; yield its pid."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time\nfrom rlid.runs.lock import RunLock\n"
-         "RunLock(sys.argv[1], sys.argv[2]).acquire()\nprint('held', flush=True)\n"
-         "time.sleep(60)\n", str(directory), purpose],
-        env=ENV, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield holder.pid
-    finally:
-        holder.kill()
-        holder.wait()
+def test_compare_waits_for_the_out_lock_and_names_its_holder(
+    tmp_path, capsys, monkeypatch, hold_lock
+):
+    import rlid.compare.run as compare_run
 
-
-def test_compare_out_is_locked(tmp_path, capsys):
+    monkeypatch.setattr(compare_run, "SHARED_WAIT", 1.0)  # the default waits as long as it takes
     path = _compare_toml(tmp_path / "c.toml")
     out = tmp_path / "out"
     out.mkdir()
-    with _locked_by_another_process(out, "rlid compare") as pid:
+    with hold_lock(out, "rlid compare") as pid:
+        start = time.perf_counter()
         assert cli_main(["compare", "--config", str(path), "--out", str(out), "--quiet"]) == 2
+        assert time.perf_counter() - start >= 1.0
+        err = capsys.readouterr().err
+        assert f"note: waiting for pid {pid}" in err
+        capsys.readouterr()
+        print(err, file=sys.stderr)
         assert f"pid {pid}" in _one_line_error(capsys)
+    assert sorted(p.name for p in out.iterdir()) == [".rlid.lock"]  # nothing written
 
 
-def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys):
+def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys, hold_lock):
     from rlid.pretrain import work_dir
 
     work = work_dir(tmp_path / "model")
     work.mkdir()
-    with _locked_by_another_process(work, "rlid pretrain") as pid:
+    with hold_lock(work, "rlid pretrain") as pid:
         argv = ["pretrain", "--envs", "keydoor", "--episodes", "1", "--steps", "1", "--quiet"]
         assert cli_main([*argv, "--out", str(tmp_path / "model")]) == 2
         assert f"pid {pid}" in _one_line_error(capsys)

@@ -436,6 +436,89 @@ def test_nproc_is_checked_against_the_global_groups():
     assert "nproc" not in one.to_dict()["arms"][0]  # older comparison.json files stay equal
 
 
+def test_a_run_another_process_trains_is_left_to_it_and_the_last_one_reports(tmp_path, hold_lock):
+    compare = parse_compare_config(tiny_comparison())
+    first, second = [r.name for r in compare.runs()]
+    said: list[str] = []
+    claim = tmp_path / compare_mod.CLAIMS / second
+    with hold_lock(claim, f"rlid compare: {second}") as pid:
+        assert (
+            compare_mod.run_comparison(compare, tmp_path, progress=False, say=said.append) is None
+        )
+    assert (tmp_path / "runs" / first / "eval.json").exists()
+    assert not (tmp_path / "runs" / second).exists()  # not touched: its holder trains it
+    assert any(f"{second}: being trained by pid {pid}" in m for m in said), said
+    assert any(m.startswith("no report yet: 1 of 2") and second in m for m in said), said
+    assert not (tmp_path / "report.md").exists()
+
+    said.clear()  # its holder stopped without training it: the next call does
+    results = compare_mod.run_comparison(compare, tmp_path, progress=False, say=said.append)
+    assert results is not None and (tmp_path / "report.md").exists()
+    ledger = json.loads((tmp_path / compare_mod.LEDGER).read_text())
+    assert ledger[first]["history"] == ["trained", "reused"]
+    assert ledger[second]["history"] == ["trained"]
+
+
+def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path):
+    # Two `rlid compare` processes started together on one --out: every run trained
+    # once, by one of them, to the same metrics as one process training them all.
+    import os
+    import subprocess
+    import sys
+
+    data = tiny_comparison(
+        seeds=[0, 1],
+        arms={"a": {"plane": "decision"}, "b": {"plane": "decision", "options": {"lr": 1e-3}}},
+    )
+    data["defaults"]["model"] = "tiny-random"  # the processes do not see the tests' recipe
+    config = tmp_path / "c.toml"
+    config.write_text(to_toml(data))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+
+    def start(out: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlid", "compare", "--config", str(config),
+             "--out", str(out), "--quiet"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    workers = [start(tmp_path / "shared"), start(tmp_path / "shared")]
+    alone = start(tmp_path / "alone")
+    for proc in [*workers, alone]:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    names = [r.name for r in parse_compare_config(data).runs()]
+    assert len(names) == 4
+    ledger = json.loads((tmp_path / "shared" / compare_mod.LEDGER).read_text())
+    for name in names:  # trained by exactly one of the two (the other may have reused it)
+        assert ledger[name]["history"].count("trained") == 1, ledger
+
+    def timeless(rows):
+        return [
+            {**{k: v for k, v in r.items() if k != "time"},
+             "budget": {k: v for k, v in r["budget"].items() if k != "wall_time"}}
+            for r in rows
+        ]  # fmt: skip
+
+    for name in names:
+        shared, one = tmp_path / "shared" / "runs" / name, tmp_path / "alone" / "runs" / name
+        assert timeless(read_metrics(shared)) == timeless(read_metrics(one)), name
+        after = [json.loads((d / "eval.json").read_text())["after"] for d in (shared, one)]
+        assert after[0]["success"] == after[1]["success"]
+        assert after[0]["return"] == after[1]["return"]
+    shared = json.loads((tmp_path / "shared" / "results.json").read_text())
+    one = json.loads((tmp_path / "alone" / "results.json").read_text())
+
+    def untimed(tree):  # the report's numbers less the clocks
+        if isinstance(tree, dict):
+            clocks = ("wall_time", "time_split", "run_seconds")
+            return {k: untimed(v) for k, v in tree.items() if k not in clocks}
+        return tree
+
+    assert untimed(shared["envs"]) == untimed(one["envs"])
+
+
 def test_an_arm_trained_by_two_processes_matches_one_process(tmp_path):
     # the same recipe as one process and as two torchrun processes (gloo): the same
     # global budget, the same episodes, the same losses to float tolerance

@@ -35,8 +35,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ValueError("--out DIR is required (where the runs and the report go)")
     say = (lambda _msg: None) if args.quiet else print
-    run_comparison(compare, args.out, progress=not args.quiet, say=say)
-    if not args.quiet:
+    results = run_comparison(compare, args.out, progress=not args.quiet, say=say)
+    if results is not None and not args.quiet:
         print((Path(args.out) / "report.md").read_text())
     return 0
 
@@ -50,7 +50,10 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
             "one currency, evaluate on held-out games, and write OUT/report.md (intervals "
             "across seeds, learning curves against every budget currency, cost tables), "
             "OUT/results.json and PNG plots. Rerunning with the same --out reuses finished "
-            "runs and resumes a stopped one."
+            "runs and resumes a stopped one. Several `rlid compare` processes with the same "
+            "--out (in other shells, or on machines sharing the filesystem) share its runs: "
+            "each run is trained by one of them, and the one that finishes the last run "
+            "writes the report."
         ),
     )
     p.add_argument(
@@ -73,10 +76,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument(
         "--seeds", type=_seeds, metavar="0,2",
-        help="train and report only these seeds (comma-separated, from the config's `seeds`); "
-        "two calls with different seeds and different --out directories train in parallel, "
-        "and copying one's runs/* into the other's runs/ lets a later call there report them "
-        "together",
+        help="train and report only these seeds (comma-separated, from the config's `seeds`)",
     )  # fmt: skip
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars, no per-run lines, no report echo"

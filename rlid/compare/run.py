@@ -12,23 +12,33 @@ evaluation is reused as it is, a started one is resumed from its last checkpoint
 (``resume=True``), and a run directory written by a different config is refused
 before anything trains. So a killed comparison continues where it stopped.
 
+Several ``rlid compare`` processes may work on one ``OUT`` at once (on one machine
+or several sharing a filesystem) and share its runs: each run is claimed with its
+own lock (``OUT/.claims/RUN``) by the first process to reach it, the others pass
+it by; ``OUT``'s own lock is held only while shared files are written (the
+checks, ``comparison.json``, the references, the ledger, the report). The report
+is written by the process that finds every run finished and unclaimed at its end.
+
     rlid compare --config examples/compare_small.toml --out runs/compare_small
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.planes import run_training
 from rlid.runs import dir as rundir
-from rlid.runs.lock import RunLock
+from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
 from rlid.runs.log import read_run_config
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
+CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
+SHARED_WAIT: float | None = None  # how long to wait for OUT's lock (None: as long as it takes)
 
 
 def run_state(run_dir: Path) -> str:
@@ -143,18 +153,150 @@ def run_comparison(
     *,
     progress: bool = True,
     say: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Train and evaluate every run (reusing finished ones), then write the report.
+) -> dict[str, Any] | None:
+    """Train and evaluate every run not yet done, then write the report.
 
-    Returns the results dictionary that is also written to ``OUT/results.json``.
-    ``OUT`` is locked for the whole comparison (:mod:`rlid.runs.lock`): a second
-    ``rlid compare`` into it fails at once, naming the first.
+    Returns the results dictionary that is also written to ``OUT/results.json``, or
+    ``None`` when some runs are still being trained by other processes (the last of
+    them writes the report) or were left unfinished by one that stopped.
+    ``OUT``'s lock (:mod:`rlid.runs.lock`) is held only while shared files are
+    written; each run is trained by the one process holding its claim.
     """
     out = Path(out)
     check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out, "rlid compare"):
-        return _run_locked(compare, out, progress=progress, say=say)
+    runs = compare.runs()
+    with _shared(out):
+        _prepare(compare, runs, out, say=say)
+    for i, run in enumerate(runs, 1):
+        claim = _claim(out, run)
+        if isinstance(claim, str):
+            say(f"[{i}/{len(runs)}] {run.name}: being trained by {claim}; left to it")
+            continue
+        try:
+            _train_or_reuse(compare, run, out, f"[{i}/{len(runs)}]", progress=progress, say=say)
+        finally:
+            claim.release()
+    with _shared(out):
+        return _finish(compare, runs, out, say=say)
+
+
+@contextlib.contextmanager
+def _shared(out: Path) -> Iterator[None]:
+    """``OUT``'s own lock, held while shared files are read and written (not nested)."""
+    lock = RunLock(out, "rlid compare").acquire(wait=SHARED_WAIT)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _claim(out: Path, run: RunSpec) -> RunLock | str:
+    """The run's claim, or who holds it (another process training it)."""
+    try:
+        return RunLock(out / CLAIMS / run.name, f"rlid compare: {run.name}").acquire(create=True)
+    except RunLockedError as error:
+        return error.holder
+
+
+def _prepare(
+    compare: CompareConfig, runs: list[RunSpec], out: Path, *, say: Callable[[str], None]
+) -> None:
+    """Every check before any training, then ``comparison.json`` and the references."""
+    check_output_dir(out)  # again, now that no other comparison writes here
+    for run in runs:
+        claim = _claim(out, run)
+        if isinstance(claim, str):
+            continue  # another process is training it: checked by that one
+        try:
+            run_dir = out / "runs" / run.name
+            state = run_state(run_dir)
+            check_existing_run(run, run_dir, state)
+            if state != "finished":
+                check_model_available(run)
+        finally:
+            claim.release()
+    rundir.write_json(out / "comparison.json", compare.to_dict())
+    evaluate_references(compare, out, say=say)
+
+
+def _train_or_reuse(
+    compare: CompareConfig,
+    run: RunSpec,
+    out: Path,
+    counter: str,
+    *,
+    progress: bool,
+    say: Callable[[str], None],
+) -> None:
+    """Train, resume or reuse one claimed run, then evaluate it on held-out games."""
+    run_dir = out / "runs" / run.name
+    state = run_state(run_dir)  # again: another process may have trained it meanwhile
+    check_existing_run(run, run_dir, state)
+    if state == "finished":
+        say(f"{counter} {run.name}: finished earlier, reused")
+        _add_to_ledger(out, run.name, "reused", 0.0)
+    else:
+        verb = "resuming" if state == "started" else "training"
+        say(f"{counter} {run.name}: {verb} ({run.config.plane}, seed {run.seed})")
+        start = time.perf_counter()
+        try:
+            if run.nproc > 1:
+                launch_processes(run, out, resume=state == "started", progress=progress)
+            elif state == "started":
+                run_training(None, run_dir, resume=True, progress=progress)
+            else:
+                run_training(run.config, run_dir, resume=False, progress=progress)
+        finally:
+            event = "resumed" if state == "started" else "trained"
+            seconds = _add_to_ledger(out, run.name, event, time.perf_counter() - start)
+        say(f"    {run.name}: done in {seconds:.1f}s")
+    evaluate_heldout(compare, run, out)
+
+
+def _add_to_ledger(out: Path, name: str, event: str, seconds: float) -> float:
+    """Record one event of a run in ``OUT/runs.json``; returns the run's total seconds."""
+    with _shared(out):
+        path = out / LEDGER
+        ledger: dict[str, Any] = rundir.read_json(path) if path.exists() else {}
+        entry = ledger.setdefault(name, {"seconds": 0.0, "history": []})
+        entry["seconds"] += seconds
+        entry["history"].append(event)
+        rundir.write_json(path, ledger)
+        return float(entry["seconds"])
+
+
+def _finish(
+    compare: CompareConfig, runs: list[RunSpec], out: Path, *, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """Write the report if every run is finished and no process still holds one."""
+    from rlid.compare.report import write_report
+
+    waiting = []
+    for run in runs:
+        claim = _claim(out, run)
+        if isinstance(claim, str):
+            waiting.append(f"{run.name} (being trained by {claim})")
+            continue
+        try:
+            if run_state(out / "runs" / run.name) != "finished":
+                waiting.append(f"{run.name} (unfinished: a process training it stopped)")
+            else:
+                evaluate_heldout(compare, run, out)
+        finally:
+            claim.release()
+    if waiting:
+        say(
+            f"no report yet: {len(waiting)} of {len(runs)} runs are not done: "
+            + ", ".join(waiting)
+            + ". The process that finishes the last one writes it; or rerun this command"
+        )
+        return None
+    path = out / LEDGER
+    ledger: dict[str, Any] = rundir.read_json(path) if path.exists() else {}
+    results = write_report(compare, out, ledger=ledger)
+    say(f"report: {out / 'report.md'}")
+    return results
 
 
 def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -> None:
@@ -189,58 +331,9 @@ def check_output_dir(out: Path) -> None:
     """``--out`` must be new, empty, or an earlier output of ``rlid compare``."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file; give a directory")
-    if not rundir.is_empty_dir(out) and not (out / "comparison.json").is_file():
+    started = out.exists() and any(p.name not in (LOCK_NAME, CLAIMS) for p in out.iterdir())
+    if started and not (out / "comparison.json").is_file():
         raise ValueError(
             f"--out {out} already holds files and is not the output of `rlid compare` (no "
             "comparison.json); choose a new or empty directory so nothing there is overwritten"
         )
-
-
-def _run_locked(
-    compare: CompareConfig, out: Path, *, progress: bool, say: Callable[[str], None]
-) -> dict[str, Any]:
-    from rlid.compare.report import write_report
-
-    check_output_dir(out)  # again, now that no other comparison can write here
-    runs = compare.runs()
-    states = {}
-    for run in runs:  # every check before any training
-        run_dir = out / "runs" / run.name
-        states[run.name] = run_state(run_dir)
-        check_existing_run(run, run_dir, states[run.name])
-        if states[run.name] != "finished":
-            check_model_available(run)
-    rundir.write_json(out / "comparison.json", compare.to_dict())
-    ledger_path = out / LEDGER
-    ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
-    evaluate_references(compare, out, say=say)
-
-    for i, run in enumerate(runs, 1):
-        run_dir = out / "runs" / run.name
-        state = states[run.name]
-        entry = ledger.setdefault(run.name, {"seconds": 0.0, "history": []})
-        if state == "finished":
-            say(f"[{i}/{len(runs)}] {run.name}: finished earlier, reused")
-            entry["history"].append("reused")
-        else:
-            verb = "resuming" if state == "started" else "training"
-            say(f"[{i}/{len(runs)}] {run.name}: {verb} ({run.config.plane}, seed {run.seed})")
-            start = time.perf_counter()
-            try:
-                if run.nproc > 1:
-                    launch_processes(run, out, resume=state == "started", progress=progress)
-                elif state == "started":
-                    run_training(None, run_dir, resume=True, progress=progress)
-                else:
-                    run_training(run.config, run_dir, resume=False, progress=progress)
-            finally:
-                entry["seconds"] += time.perf_counter() - start
-                entry["history"].append("resumed" if state == "started" else "trained")
-                rundir.write_json(ledger_path, ledger)
-            say(f"    {run.name}: done in {entry['seconds']:.1f}s")
-        evaluate_heldout(compare, run, out)
-    rundir.write_json(ledger_path, ledger)
-
-    results = write_report(compare, out, ledger=ledger)
-    say(f"report: {out / 'report.md'}")
-    return results

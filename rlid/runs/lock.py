@@ -42,7 +42,11 @@ def _names_the_file(path: Path, fd: int) -> bool:
 
 
 class RunLockedError(RuntimeError):
-    """Another process holds the directory's lock."""
+    """Another process holds the directory's lock (``holder``: who, in words)."""
+
+    def __init__(self, message: str, *, holder: str = "another process") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 def _holder_text(info: dict[str, Any]) -> str:
@@ -76,11 +80,13 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None and not self.lost
 
-    def acquire(self, *, create: bool = False) -> RunLock:
-        """Take the lock now or raise :class:`RunLockedError` naming the holder.
+    def acquire(self, *, create: bool = False, wait: float | None = 0.0) -> RunLock:
+        """Take the lock or raise :class:`RunLockedError` naming the holder.
 
         ``create``: make the directory first, and again if a finishing holder removes
         it (:meth:`remove_directory`) while this call is taking the lock.
+        ``wait``: seconds to wait for a holder to let go (``None``: as long as it takes;
+        a note on stderr says who is waited for).
         """
         import fcntl
 
@@ -89,7 +95,11 @@ class RunLock:
         if previous is not None and previous is not self:
             previous._close()
             previous.lost = True
-        for _ in range(_RETAKES):
+        deadline = None if wait is None else time.monotonic() + wait
+        retakes, noted = 0, False
+        while True:
+            if retakes >= _RETAKES:
+                raise RunLockedError(f"{self.directory}: it or its lock file keeps being removed")
             if create:
                 self.directory.mkdir(parents=True, exist_ok=True)
             try:
@@ -97,15 +107,24 @@ class RunLock:
             except FileNotFoundError:
                 if not create:
                     raise
-                continue  # removed between the mkdir and the open
+                retakes += 1  # removed between the mkdir and the open
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                info = _read_info(fd)
+                holder = _holder_text(_read_info(fd))
                 os.close(fd)
+                if deadline is None or time.monotonic() < deadline:
+                    if not noted:
+                        print(f"note: waiting for {holder} to let go of {self.directory}",
+                              file=sys.stderr)  # fmt: skip
+                        noted = True
+                    time.sleep(0.2)
+                    continue
                 raise RunLockedError(
-                    f"{self.directory} is in use by {_holder_text(info)}; two writers would "
-                    "mix their files. Wait for it to finish (or stop it), or use another directory"
+                    f"{self.directory} is in use by {holder}; two writers would "
+                    "mix their files. Wait for it to finish (or stop it), or use another directory",
+                    holder=holder,
                 ) from None
             except BaseException:
                 os.close(fd)
@@ -115,8 +134,7 @@ class RunLock:
             # the holder removed the lock file (remove_directory) between our open and
             # our flock: this lock guards nothing; take the one the path names now
             os.close(fd)
-        else:
-            raise RunLockedError(f"{self.directory}: it or its lock file keeps being removed")
+            retakes += 1
         stale = _read_info(fd)
         if stale.get("pid") and stale.get("pid") != os.getpid():
             print(
