@@ -459,6 +459,51 @@ def test_a_run_another_process_trains_is_left_to_it_and_the_last_one_reports(tmp
     assert ledger[second]["history"] == ["trained"]
 
 
+def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock, capsys):
+    from rlid.compare.status import comparison_status
+    from rlid.runs import dir as rundir
+
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(tiny_comparison()))
+    out = tmp_path / "out"
+    status = ["compare", "--config", str(path), "--out", str(out), "--status"]
+    assert cli_main(status) == 2  # nothing there yet: a clear error, nothing made
+    assert "not the output of `rlid compare`" in capsys.readouterr().err and not out.exists()
+    compare = parse_compare_config(tiny_comparison())
+    compare_mod.run_comparison(
+        compare.select(arms=["decision"], envs=None, seeds=None), out, progress=False,
+        say=lambda m: None,
+    )  # fmt: skip
+    first, second = [r.name for r in compare.runs()]
+
+    def files():  # but the claim this test's holder makes
+        return {
+            p: p.stat().st_mtime_ns for p in out.rglob("*")
+            if p.is_file() and p.parent != out / compare_mod.CLAIMS / second
+        }  # fmt: skip
+
+    before = files()
+    with hold_lock(out / compare_mod.CLAIMS / second, "rlid compare: x") as pid:
+        rows = {r["run"]: r for r in comparison_status(compare, out)}
+        assert cli_main(status) == 0
+        text = capsys.readouterr().out
+    done = rundir.read_json(out / "runs" / first / "eval.json")["after"]
+    assert rows[first]["state"] == "finished" and rows[first]["success"] == done["success"]
+    assert rows[first]["spent"] >= 30 and rows[first]["iterations"] >= 1
+    assert rows[first]["seconds"] > 0
+    assert rows[second]["state"] == "training" and f"pid {pid}" in rows[second]["holder"]
+    assert f"pid {pid}" in text and "1 of 2 runs finished, 1 training" in text
+    # the holder was killed: its record stays, but a dead process trains nothing
+    assert comparison_status(compare, out)[1]["state"] == "new"
+    run_dir = out / "runs" / second
+    run_dir.mkdir()
+    rundir.write_json(run_dir / "config.json", {"config": {}})  # started, then stopped
+    assert comparison_status(compare, out)[1]["state"] == "stopped"
+    (run_dir / "config.json").unlink()
+    run_dir.rmdir()
+    assert files() == before  # read only
+
+
 def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path):
     # Two `rlid compare` processes started together on one --out: every run trained
     # once, by one of them, to the same metrics as one process training them all.

@@ -3,6 +3,7 @@
 * :mod:`rlid.compare.config` — :class:`CompareConfig`, arms, envs and run specs.
 * :mod:`rlid.compare.parse`  — TOML -> :class:`CompareConfig`, with every check.
 * :mod:`rlid.compare.run`    — :func:`run_comparison`: train, resume, reuse, evaluate.
+* :mod:`rlid.compare.status` — ``--status``: where every run stands, read-only.
 * :mod:`rlid.compare.report` — ``report.md``, ``results.json`` and the plots.
 * :mod:`rlid.compare.curves` — learning curves against every budget currency.
 * :mod:`rlid.compare.text`   — the text tables of the report.

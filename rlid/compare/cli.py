@@ -34,6 +34,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 0
     if args.out is None:
         raise ValueError("--out DIR is required (where the runs and the report go)")
+    if args.status:
+        from rlid.compare.status import comparison_status, format_status
+
+        if not (Path(args.out) / "comparison.json").is_file():
+            raise FileNotFoundError(f"--out {args.out} is not the output of `rlid compare` (yet)")
+        print(format_status(comparison_status(compare, args.out), compare.currency))
+        return 0
     say = (lambda _msg: None) if args.quiet else print
     results = run_comparison(compare, args.out, progress=not args.quiet, say=say)
     if results is not None and not args.quiet:
@@ -84,5 +91,11 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check", action="store_true",
         help="only validate the config and print it resolved as JSON (trains nothing)",
+    )  # fmt: skip
+    p.add_argument(
+        "--status", action="store_true",
+        help="only show where every run of --out stands (finished, training and by whom, "
+        "stopped, not started; budget spent, held-out success); reads, never writes, so it "
+        "is safe while other `rlid compare` processes train there",
     )  # fmt: skip
     p.set_defaults(func=_cmd_compare)

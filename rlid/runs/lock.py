@@ -66,6 +66,30 @@ def _read_info(fd: int) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
+def recorded_holder(directory: Path) -> dict[str, Any] | None:
+    """Who holds ``directory``'s lock by its record, read without touching the lock.
+
+    ``None`` when no holder is recorded (never locked, or released) or the recorded
+    process has died on this host; else the record with ``"text"`` (who, in words).
+    A holder on another host is taken at its word (its liveness cannot be seen here).
+    """
+    try:
+        raw = (Path(directory) / LOCK_NAME).read_bytes()[:4096]
+        info = json.loads(raw.decode()) if raw.strip() else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not info.get("pid"):
+        return None
+    if info.get("host") == socket.gethostname():
+        try:
+            os.kill(int(info["pid"]), 0)
+        except ProcessLookupError:
+            return None  # died without releasing (kill -9): the kernel dropped its lock
+        except (PermissionError, ValueError, OverflowError):
+            pass
+    return {**info, "text": _holder_text(info)}
+
+
 class RunLock:
     """The exclusive lock of one directory (see the module docstring)."""
 

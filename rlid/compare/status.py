@@ -1,0 +1,87 @@
+"""``rlid compare --status``: where every run of a comparison stands, read-only.
+
+Reads what the runs and their claims have written (``metrics.jsonl``, ``eval.json``,
+the ledger, the claim records) without taking any lock, so it is safe to call while
+``rlid compare`` processes train into the same ``--out``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlid.compare.config import CompareConfig
+from rlid.compare.run import CLAIMS, LEDGER, run_state
+from rlid.runs import dir as rundir
+from rlid.runs.lock import recorded_holder
+
+
+def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]:
+    """One row per run: name, state, holder, budget spent, iterations, success, seconds.
+
+    ``state`` is ``finished`` (held-out "after" evaluated), ``training`` (a live
+    process holds its claim), ``stopped`` (started, unfinished, unclaimed: the
+    next ``rlid compare`` resumes it) or ``new``.
+    """
+    out = Path(out)
+    ledger_path = out / LEDGER
+    ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
+    rows = []
+    for run in compare.runs():
+        run_dir = out / "runs" / run.name
+        state = run_state(run_dir)
+        # the claim's holder; or the run directory's own (a run resumed with `rlid train`)
+        holder = recorded_holder(out / CLAIMS / run.name) or recorded_holder(run_dir)
+        metrics = rundir.read_metrics(run_dir)
+        spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
+        success = None
+        if state == "finished":
+            success = rundir.read_json(run_dir / "eval.json")["after"].get("success")
+        elif holder is not None:
+            state = "training"
+        elif state == "started":
+            state = "stopped"
+        rows.append(
+            {
+                "run": run.name,
+                "state": state,
+                "holder": holder["text"] if holder is not None and state == "training" else "",
+                "spent": spent,
+                "budget": compare.amount,
+                "iterations": len(metrics),
+                "success": success,
+                "seconds": float(ledger.get(run.name, {}).get("seconds", 0.0)),
+            }
+        )
+    return rows
+
+
+def format_status(rows: list[dict[str, Any]], currency: str) -> str:
+    """A text table of :func:`comparison_status` and a line of totals."""
+    header = ["run", "state", currency, "iterations", "success after", "seconds", "trained by"]
+    table = [header]
+    for r in rows:
+        table.append(
+            [
+                r["run"],
+                r["state"],
+                f"{_number(r['spent'])} / {_number(r['budget'])}",
+                str(r["iterations"]),
+                "" if r["success"] is None else f"{r['success']:.2f}",
+                f"{r['seconds']:.0f}" if r["seconds"] else "",
+                r["holder"],
+            ]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    counts = {s: sum(r["state"] == s for r in rows) for s in ("finished", "training", "stopped")}
+    lines.append(
+        f"{counts['finished']} of {len(rows)} runs finished, {counts['training']} training, "
+        f"{counts['stopped']} stopped (the next `rlid compare` resumes them), "
+        f"{len(rows) - sum(counts.values())} not started"
+    )
+    return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() or value >= 100 else f"{value:.1f}"
