@@ -102,6 +102,8 @@ class World:
 SINGLE = World()
 """The world of a run without a launcher: one process, rank 0."""
 
+_MADE_HERE = False  # whether init() made the default group (release() then destroys it)
+
 
 def init(timeout_s: float = 300.0) -> World:
     """Join the process group torchrun describes (``RANK`` / ``WORLD_SIZE``), or a world of one.
@@ -121,12 +123,23 @@ def init(timeout_s: float = 300.0) -> World:
     else:
         backend = "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    global _MADE_HERE
+    _MADE_HERE = True
     return World(dist.get_rank(), dist.get_world_size())
 
 
-def shutdown(world: World) -> None:
-    if world.distributed and dist.is_initialized():
+def release() -> None:
+    """Destroy the default group if :func:`init` made it; a no-op otherwise.
+
+    Call it when the process is done with the group: a gloo group left to the
+    interpreter's exit can abort the process there ("terminate called without an
+    active exception": its worker threads still hold tensors while Python shuts down),
+    failing a run that had finished. A group the caller made stays theirs.
+    """
+    global _MADE_HERE
+    if _MADE_HERE and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _MADE_HERE = False
 
 
 @contextmanager

@@ -95,7 +95,11 @@ def run_training(
         config = read_run_config(out)[0]
     if config is None:
         raise ValueError("a config is required to start a new run")
-    return get_plane(config.plane).train(config, out, resume=resume, progress=progress)
+    from rlid import distributed
+
+    log = get_plane(config.plane).train(config, out, resume=resume, progress=progress)
+    distributed.release()  # the process group the trainer joined, before the process ends
+    return log
 
 
 def plane_names() -> list[str]:

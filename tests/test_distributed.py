@@ -131,6 +131,9 @@ def run(
         if p.returncode
     ]
     assert not failed, "\n".join(failed)
+    for rank in range(nproc):  # each process let go of its group before it ended
+        left = json.loads((record / f"group_after_rank{rank}.json").read_text())
+        assert left == {"initialized": False}, rank
     return record
 
 
