@@ -502,6 +502,11 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     (run_dir / "config.json").unlink()
     run_dir.rmdir()
     assert files() == before  # read only
+    # held-out games with options of their own: their evaluation is the one shown
+    rundir.write_json(
+        compare_mod.heldout_path(out, compare.runs()[0]), {"after": {"success": 0.125}}
+    )
+    assert comparison_status(compare, out)[0]["success"] == 0.125
 
 
 def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig
-from rlid.compare.run import CLAIMS, LEDGER, run_state
+from rlid.compare.run import CLAIMS, LEDGER, heldout_path, run_state
 from rlid.runs import dir as rundir
 from rlid.runs.lock import recorded_holder
 
@@ -35,8 +35,10 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
         metrics = rundir.read_metrics(run_dir)
         spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
         success = None
-        if state == "finished":
-            success = rundir.read_json(run_dir / "eval.json")["after"].get("success")
+        if state == "finished":  # on the held-out games (their own file when their options differ)
+            heldout = heldout_path(out, run)
+            evaluated = heldout if heldout.exists() else run_dir / "eval.json"
+            success = rundir.read_json(evaluated)["after"].get("success")
         elif holder is not None:
             state = "training"
         elif state == "started":
