@@ -56,6 +56,20 @@ def _locked_by_another_process(directory: Path, purpose: str) -> Iterator[int]:
         holder.wait()
 
 
+def _untimed_rows(rows: list[dict]) -> list[dict]:
+    return [
+        {**{k: v for k, v in r.items() if k != "time"},
+         "budget": {k: v for k, v in r["budget"].items() if k != "wall_time"}}
+        for r in rows
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def untimed():
+    """``untimed(rows)``: metrics rows less their clocks (the time split, ``wall_time``)."""
+    return _untimed_rows
+
+
 @pytest.fixture
 def hold_lock():
     """``with hold_lock(DIR, PURPOSE) as pid:`` DIR's run lock is held by process ``pid``."""

@@ -509,7 +509,7 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     assert comparison_status(compare, out)[0]["success"] == 0.125
 
 
-def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path):
+def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path, untimed):
     # Two `rlid compare` processes started together on one --out: every run trained
     # once, by one of them, to the same metrics as one process training them all.
     import os
@@ -544,16 +544,9 @@ def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path)
     for name in names:  # trained by exactly one of the two (the other may have reused it)
         assert ledger[name]["history"].count("trained") == 1, ledger
 
-    def timeless(rows):
-        return [
-            {**{k: v for k, v in r.items() if k != "time"},
-             "budget": {k: v for k, v in r["budget"].items() if k != "wall_time"}}
-            for r in rows
-        ]  # fmt: skip
-
     for name in names:
         shared, one = tmp_path / "shared" / "runs" / name, tmp_path / "alone" / "runs" / name
-        assert timeless(read_metrics(shared)) == timeless(read_metrics(one)), name
+        assert untimed(read_metrics(shared)) == untimed(read_metrics(one)), name
         after = [json.loads((d / "eval.json").read_text())["after"] for d in (shared, one)]
         assert after[0]["success"] == after[1]["success"]
         assert after[0]["return"] == after[1]["return"]

@@ -30,14 +30,6 @@ def small_config(**changes) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def strip_times(rows):
-    return [
-        {**{k: v for k, v in r.items() if k != "time"},
-         "budget": {k: v for k, v in r["budget"].items() if k != "wall_time"}}
-        for r in rows
-    ]  # fmt: skip
-
-
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
@@ -71,7 +63,7 @@ def test_adapter_disabled_reference_is_the_base_model():
     assert not torch.allclose(outs[2], reference_logits, atol=1e-4)
 
 
-def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch):
+def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch, untimed):
     config = small_config(steps=24, lora_rank=4, kl_coef=0.1)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
     ckpt = Path(full.path) / "checkpoint" / "model"
@@ -92,9 +84,7 @@ def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch
         trainer_mod.train(config, tmp_path / "killed", progress=False)
     monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
     trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)
-    assert strip_times(read_metrics(Path(full.path))) == strip_times(
-        read_metrics(tmp_path / "killed")
-    )
+    assert untimed(read_metrics(Path(full.path))) == untimed(read_metrics(tmp_path / "killed"))
     from safetensors.torch import load_file
 
     a = load_file(str(ckpt / "adapter_model.safetensors"))
