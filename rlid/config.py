@@ -182,6 +182,12 @@ class TrainConfig:
         "write a checkpoint every N iterations (and after the last); a checkpoint is the full "
         "model + optimizer, so large models want a large N",
     )
+    checkpoint_minutes: float = _f(
+        30.0,
+        "also write a checkpoint after an iteration that ends at least this many minutes "
+        "(of the run's wall time) after the last one, so a kill loses at most about that "
+        "much when iterations are long (0: only every checkpoint_every iterations)",
+    )
     keep_checkpoints: int = _f(
         1, "checkpoints kept in the run directory (the newest; older ones are deleted)"
     )
@@ -237,7 +243,7 @@ class TrainConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
-                     "label_mass_coef", "position_coef"):  # fmt: skip
+                     "label_mass_coef", "position_coef", "checkpoint_minutes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.overlong_cache <= self.max_new_tokens:
@@ -334,6 +340,7 @@ _RECORDED_WHEN_CHANGED = (
     "ref_offload",
     "env_workers",
     "keep_checkpoints",
+    "checkpoint_minutes",
 )
 
 

@@ -609,7 +609,7 @@ def end_iteration(
         )  # fmt: skip
     log.append_metrics(row)
     spent = budget.get(config.budget_currency)
-    if iteration % config.checkpoint_every == 0 or spent >= config.steps:
+    if log.checkpoint_due(iteration, budget):
         rng_states = dist_.gather_objects(rng_state(), world)
         model_state, optimizer_state = (
             parallel.full_state(checkpoint["optimizer"]) if parallel else (None, None)

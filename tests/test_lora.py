@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_adapter_disabled_reference_is_the_base_model():
 
 
 def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch, untimed):
-    config = small_config(steps=24, lora_rank=4, kl_coef=0.1)
+    config = small_config(steps=24, lora_rank=4, kl_coef=0.1, checkpoint_every=1)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
     ckpt = Path(full.path) / "checkpoint" / "model"
     assert (ckpt / "adapter_config.json").exists()
@@ -83,6 +84,8 @@ def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         trainer_mod.train(config, tmp_path / "killed", progress=False)
     monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    state = json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 1  # resumed from the checkpoint, not from the start
     trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)
     assert untimed(read_metrics(Path(full.path))) == untimed(read_metrics(tmp_path / "killed"))
     from safetensors.torch import load_file

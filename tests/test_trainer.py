@@ -80,7 +80,7 @@ def test_killed_run_resumes_to_the_same_parameters_and_metrics(
     tmp_path, monkeypatch, kl_coef, untimed
 ):
     # with kl_coef > 0 the resumed run must keep the *starting* model as its reference
-    config = small_config(steps=40, kl_coef=kl_coef)
+    config = small_config(steps=40, kl_coef=kl_coef, checkpoint_every=1)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
 
     real_update = trainer_mod.ppo_update
@@ -97,6 +97,8 @@ def test_killed_run_resumes_to_the_same_parameters_and_metrics(
         trainer_mod.train(config, tmp_path / "killed", progress=False)
     monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
     assert len(read_metrics(tmp_path / "killed")) == 2
+    state = json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 2  # resumed from the checkpoint, not from the start
     trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)
 
     a, b = params_of(Path(full.path)), params_of(tmp_path / "killed")
@@ -104,6 +106,51 @@ def test_killed_run_resumes_to_the_same_parameters_and_metrics(
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert untimed(read_metrics(tmp_path / "full")) == untimed(read_metrics(tmp_path / "killed"))
+
+
+def test_a_checkpoint_is_due_by_iterations_budget_or_minutes(tmp_path):
+    from rlid.budget import Budget
+    from rlid.runs.log import RunLog
+
+    config = small_config(steps=100, checkpoint_every=10, checkpoint_minutes=1.0)
+    log = RunLog(tmp_path, config, resuming=False)
+
+    def due(iteration: int, wall: float, steps: int = 0) -> bool:
+        return log.checkpoint_due(iteration, Budget(env_steps=steps, wall_time=wall))
+
+    assert not due(3, 59.0) and due(3, 60.0)  # a minute of the run's wall time
+    assert due(10, 0.0) and due(3, 0.0, steps=100)  # every 10 iterations; the budget's end
+    log.checkpoint_wall = 60.0  # what checkpoint() records
+    assert not due(4, 119.0) and due(4, 120.0)
+    off = RunLog(tmp_path, small_config(checkpoint_minutes=0.0), resuming=False)
+    assert not off.checkpoint_due(3, Budget(wall_time=1e9))
+    assert "checkpoint_minutes" not in small_config().to_dict()  # old configs stay identical
+    with pytest.raises(ValueError, match="checkpoint_minutes must be >= 0"):
+        small_config(checkpoint_minutes=-1.0)
+
+
+def test_a_run_killed_before_its_iteration_checkpoint_resumes_from_a_timed_one(
+    tmp_path, monkeypatch
+):
+    # iterations are "long" here (any wall time is past a tiny checkpoint_minutes):
+    # checkpoint_every alone would have written nothing before the kill
+    real_update, calls = trainer_mod.ppo_update, {"n": 0}
+
+    def dying_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
+    for minutes, name in ((1e-9, "timed"), (30.0, "default")):
+        calls["n"] = 0
+        config = small_config(steps=40, checkpoint_every=100, checkpoint_minutes=minutes)
+        with pytest.raises(KeyboardInterrupt):
+            trainer_mod.train(config, tmp_path / name, progress=False)
+    state = json.loads((tmp_path / "timed" / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 2
+    assert not (tmp_path / "default" / "checkpoint").exists()
 
 
 def test_refuses_to_overwrite_a_run_and_leaves_nothing_on_setup_errors(tmp_path, capsys):

@@ -36,7 +36,7 @@ from rlid.runs.trackers import RunTrackers
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
 # watched, not what any iteration computes. Anything else is refused.
 RESUME_CHANGEABLE = (
-    "steps", "threads", "checkpoint_every", "eval_every",
+    "steps", "threads", "checkpoint_every", "checkpoint_minutes", "eval_every",
     # hardware: where and how, not what (dtype and mixed precision change the numbers)
     "device", "env_workers", "keep_checkpoints", "gradient_checkpointing", "ref_offload",
 )  # fmt: skip
@@ -128,6 +128,7 @@ class RunLog:
         # Several processes (torchrun): rank 0 alone writes; the others only read.
         self.writer = writer
         self.metrics: list[dict[str, Any]] = []
+        self.checkpoint_wall = 0.0  # the budget's wall time at the last checkpoint
         self._lock = lock
         self.trackers = RunTrackers(  # rank 0 alone reports to trackers
             path, config.report_to if writer else (), currency=config.budget_currency,
@@ -229,6 +230,19 @@ class RunLog:
         return self.path / rundir.CHECKPOINT / "model"
 
     # --------------------------------------------------------------- checkpoints
+    def checkpoint_due(self, iteration: int, budget: Budget) -> bool:
+        """Whether the iteration just ended writes a checkpoint: every ``checkpoint_every``
+        iterations, at the end of the budget, and once ``checkpoint_minutes`` of the run's
+        wall time have passed since the last one (the global budget's wall time: every
+        rank decides the same)."""
+        config = self.config
+        if iteration % config.checkpoint_every == 0:
+            return True
+        if budget.get(config.budget_currency) >= config.steps:
+            return True
+        minutes = config.checkpoint_minutes
+        return minutes > 0 and budget.wall_time - self.checkpoint_wall >= 60.0 * minutes
+
     def checkpoint(
         self,
         *,
@@ -247,6 +261,7 @@ class RunLog:
         ``model_state`` / ``optimizer_state``: full state dicts gathered from a sharded
         model (``rlid.distributed.Parallel.full_state``) instead of the modules' own.
         """
+        self.checkpoint_wall = budget.wall_time  # on every rank: the next one is due alike
         if not self.writer:
             return
         self._check_writer()
@@ -337,6 +352,7 @@ class RunLog:
         restored = Budget.from_dict(state["budget"])
         for name in budget.__dataclass_fields__:
             setattr(budget, name, getattr(restored, name))
+        self.checkpoint_wall = budget.wall_time
         iteration = int(state["iteration"])
         self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
         if self.writer:
