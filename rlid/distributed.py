@@ -148,13 +148,17 @@ def collective(what: str) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, dist.DistBackendError) as err:
-        rank = dist.get_rank() if dist.is_initialized() else "?"
-        raise PeerLost(
-            f"rank {rank}: {what} failed: another process of this run died or stopped "
-            f"answering ({str(err).splitlines()[0] if str(err) else type(err).__name__}). "
-            "Stop the run and continue it from its last checkpoint with "
-            "`torchrun --nproc-per-node N -m rlid train --resume DIR` (same N)"
-        ) from err
+        raise PeerLost(_peer_lost(what, err)) from err
+
+
+def _peer_lost(what: str, err: BaseException) -> str:
+    rank = dist.get_rank() if dist.is_initialized() else "?"
+    return (
+        f"rank {rank}: {what} failed: another process of this run died or stopped "
+        f"answering ({str(err).splitlines()[0] if str(err) else type(err).__name__}). "
+        "Stop the run and continue it from its last checkpoint with "
+        "`torchrun --nproc-per-node N -m rlid train --resume DIR` (same N)"
+    )
 
 
 # --------------------------------------------------------------------------- reduction
@@ -293,7 +297,19 @@ def _sum_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch
     """
     work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
     assert work is not None  # async_op=True
-    return work.get_future().then(lambda fut: fut.value()[0])
+    return work.get_future().then(_bucket_value)
+
+
+def _bucket_value(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+    """The reduced bucket; a failed all-reduce (a peer died mid-backward) says so.
+
+    Runs inside the backward, outside any :func:`collective` block: torch re-raises
+    this error from ``backward()`` as a ``RuntimeError`` carrying its message.
+    """
+    try:
+        return fut.value()[0]
+    except RuntimeError as err:
+        raise PeerLost(_peer_lost("the gradient all-reduce in backward (DDP)", err)) from err
 
 
 # DDP checks the hook's annotations as objects (this module's are strings)

@@ -284,6 +284,20 @@ def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache, 
         assert n == 2
 
 
+def test_a_failed_gradient_all_reduce_in_backward_says_a_peer_died():
+    # DDP's all-reduce runs in a future callback inside backward(), outside every
+    # `collective` block: its failure must still carry the "resume" message
+    from rlid.distributed import PeerLost, _bucket_value
+
+    fut = torch.futures.Future()
+    fut.set_exception(RuntimeError("[gloo] Connection closed by peer"))
+    with pytest.raises(PeerLost, match="another process of this run died .*Connection closed"):
+        _bucket_value(fut)
+    done = torch.futures.Future()
+    done.set_result([torch.ones(2)])
+    assert torch.equal(_bucket_value(done), torch.ones(2))
+
+
 def test_parallel_option_is_recorded_only_when_changed():
     # runs written before --parallel existed keep their config (and fingerprint)
     assert "parallel" not in config().to_dict()
