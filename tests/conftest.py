@@ -71,6 +71,29 @@ def untimed():
 
 
 @pytest.fixture
+def interrupt_update(monkeypatch):
+    """``interrupt_update(n)``: the n-th decision-plane ``ppo_update`` call from now on
+    raises ``KeyboardInterrupt`` (a kill in the middle of that iteration);
+    ``interrupt_update(0)``: the real update again."""
+    from rlid import trainer
+
+    real = trainer.ppo_update
+
+    def arm(n: int) -> None:
+        calls = {"n": 0}
+
+        def dying(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(trainer, "ppo_update", dying if n else real)
+
+    return arm
+
+
+@pytest.fixture
 def hold_lock():
     """``with hold_lock(DIR, PURPOSE) as pid:`` DIR's run lock is held by process ``pid``."""
     return _locked_by_another_process

@@ -64,7 +64,7 @@ def test_adapter_disabled_reference_is_the_base_model():
     assert not torch.allclose(outs[2], reference_logits, atol=1e-4)
 
 
-def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch, untimed):
+def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, interrupt_update, untimed):
     config = small_config(steps=24, lora_rank=4, kl_coef=0.1, checkpoint_every=1)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
     ckpt = Path(full.path) / "checkpoint" / "model"
@@ -72,18 +72,10 @@ def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, monkeypatch
     rows = read_metrics(Path(full.path))
     assert all(np.isfinite(r["loss"]) for r in rows) and "kl_ref" in rows[-1]
 
-    real_update, calls = trainer_mod.ppo_update, {"n": 0}
-
-    def dying_update(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real_update(*args, **kwargs)
-
-    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
+    interrupt_update(2)
     with pytest.raises(KeyboardInterrupt):
         trainer_mod.train(config, tmp_path / "killed", progress=False)
-    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    interrupt_update(0)
     state = json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())
     assert state["iteration"] == 1  # resumed from the checkpoint, not from the start
     trainer_mod.train(None, tmp_path / "killed", resume=True, progress=False)

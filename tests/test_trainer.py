@@ -77,25 +77,16 @@ def test_gae_variant_trains_a_value_head(tmp_path):
 
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
 def test_killed_run_resumes_to_the_same_parameters_and_metrics(
-    tmp_path, monkeypatch, kl_coef, untimed
+    tmp_path, interrupt_update, kl_coef, untimed
 ):
     # with kl_coef > 0 the resumed run must keep the *starting* model as its reference
     config = small_config(steps=40, kl_coef=kl_coef, checkpoint_every=1)
     full = trainer_mod.train(config, tmp_path / "full", progress=False)
 
-    real_update = trainer_mod.ppo_update
-    calls = {"n": 0}
-
-    def dying_update(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:  # in the middle of the third iteration, after two checkpoints
-            raise KeyboardInterrupt
-        return real_update(*args, **kwargs)
-
-    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
+    interrupt_update(3)  # in the middle of the third iteration, after two checkpoints
     with pytest.raises(KeyboardInterrupt):
         trainer_mod.train(config, tmp_path / "killed", progress=False)
-    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    interrupt_update(0)
     assert len(read_metrics(tmp_path / "killed")) == 2
     state = json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())
     assert state["iteration"] == 2  # resumed from the checkpoint, not from the start
@@ -130,21 +121,12 @@ def test_a_checkpoint_is_due_by_iterations_budget_or_minutes(tmp_path):
 
 
 def test_a_run_killed_before_its_iteration_checkpoint_resumes_from_a_timed_one(
-    tmp_path, monkeypatch
+    tmp_path, interrupt_update
 ):
     # iterations are "long" here (any wall time is past a tiny checkpoint_minutes):
     # checkpoint_every alone would have written nothing before the kill
-    real_update, calls = trainer_mod.ppo_update, {"n": 0}
-
-    def dying_update(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real_update(*args, **kwargs)
-
-    monkeypatch.setattr(trainer_mod, "ppo_update", dying_update)
     for minutes, name in ((1e-9, "timed"), (30.0, "default")):
-        calls["n"] = 0
+        interrupt_update(3)
         config = small_config(steps=40, checkpoint_every=100, checkpoint_minutes=minutes)
         with pytest.raises(KeyboardInterrupt):
             trainer_mod.train(config, tmp_path / name, progress=False)
