@@ -169,14 +169,11 @@ def run_comparison(
     with _shared(out):
         _prepare(compare, runs, out, say=say)
     for i, run in enumerate(runs, 1):
-        claim = _claim(out, run)
-        if isinstance(claim, str):
-            say(f"[{i}/{len(runs)}] {run.name}: being trained by {claim}; left to it")
-            continue
-        try:
+        with _claimed(out, run) as holder:
+            if holder is not None:
+                say(f"[{i}/{len(runs)}] {run.name}: being trained by {holder}; left to it")
+                continue
             _train_or_reuse(compare, run, out, f"[{i}/{len(runs)}]", progress=progress, say=say)
-        finally:
-            claim.release()
     with _shared(out):
         return _finish(compare, runs, out, say=say)
 
@@ -191,31 +188,41 @@ def _shared(out: Path) -> Iterator[None]:
         lock.release()
 
 
-def _claim(out: Path, run: RunSpec) -> RunLock | str:
-    """The run's claim, or who holds it (another process training it)."""
+@contextlib.contextmanager
+def _claimed(out: Path, run: RunSpec) -> Iterator[str | None]:
+    """Hold the run's claim inside the block (yields ``None``); or yield who holds it
+    (another process training it) and hold nothing."""
     try:
-        return RunLock(out / CLAIMS / run.name, f"rlid compare: {run.name}").acquire(create=True)
+        claim = RunLock(out / CLAIMS / run.name, f"rlid compare: {run.name}").acquire(create=True)
     except RunLockedError as error:
-        return error.holder
+        yield error.holder
+        return
+    try:
+        yield None
+    finally:
+        claim.release()
+
+
+def read_ledger(out: Path) -> dict[str, Any]:
+    """``OUT/runs.json``: per run, its accumulated seconds and history (empty at first)."""
+    path = out / LEDGER
+    return rundir.read_json(path) if path.exists() else {}
 
 
 def _prepare(
     compare: CompareConfig, runs: list[RunSpec], out: Path, *, say: Callable[[str], None]
 ) -> None:
     """Every check before any training, then ``comparison.json`` and the references."""
-    check_output_dir(out)  # again, now that no other comparison writes here
+    check_output_dir(out)  # again, now that OUT's lock is held
     for run in runs:
-        claim = _claim(out, run)
-        if isinstance(claim, str):
-            continue  # another process is training it: checked by that one
-        try:
+        with _claimed(out, run) as holder:
+            if holder is not None:
+                continue  # another process is training it: checked by that one
             run_dir = out / "runs" / run.name
             state = run_state(run_dir)
             check_existing_run(run, run_dir, state)
             if state != "finished":
                 check_model_available(run)
-        finally:
-            claim.release()
     rundir.write_json(out / "comparison.json", compare.to_dict())
     evaluate_references(compare, out, say=say)
 
@@ -257,12 +264,11 @@ def _train_or_reuse(
 def _add_to_ledger(out: Path, name: str, event: str, seconds: float) -> float:
     """Record one event of a run in ``OUT/runs.json``; returns the run's total seconds."""
     with _shared(out):
-        path = out / LEDGER
-        ledger: dict[str, Any] = rundir.read_json(path) if path.exists() else {}
+        ledger = read_ledger(out)
         entry = ledger.setdefault(name, {"seconds": 0.0, "history": []})
         entry["seconds"] += seconds
         entry["history"].append(event)
-        rundir.write_json(path, ledger)
+        rundir.write_json(out / LEDGER, ledger)
         return float(entry["seconds"])
 
 
@@ -274,17 +280,13 @@ def _finish(
 
     waiting = []
     for run in runs:
-        claim = _claim(out, run)
-        if isinstance(claim, str):
-            waiting.append(f"{run.name} (being trained by {claim})")
-            continue
-        try:
-            if run_state(out / "runs" / run.name) != "finished":
+        with _claimed(out, run) as holder:
+            if holder is not None:
+                waiting.append(f"{run.name} (being trained by {holder})")
+            elif run_state(out / "runs" / run.name) != "finished":
                 waiting.append(f"{run.name} (unfinished: a process training it stopped)")
             else:
                 evaluate_heldout(compare, run, out)
-        finally:
-            claim.release()
     if waiting:
         say(
             f"no report yet: {len(waiting)} of {len(runs)} runs are not done: "
@@ -292,9 +294,7 @@ def _finish(
             + ". The process that finishes the last one writes it; or rerun this command"
         )
         return None
-    path = out / LEDGER
-    ledger: dict[str, Any] = rundir.read_json(path) if path.exists() else {}
-    results = write_report(compare, out, ledger=ledger)
+    results = write_report(compare, out, ledger=read_ledger(out))
     say(f"report: {out / 'report.md'}")
     return results
 

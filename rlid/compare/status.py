@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig
-from rlid.compare.run import CLAIMS, LEDGER, heldout_path, run_state
+from rlid.compare.report import load_run
+from rlid.compare.run import CLAIMS, read_ledger, run_state
 from rlid.runs import dir as rundir
 from rlid.runs.lock import recorded_holder
 
@@ -24,25 +25,21 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
     next ``rlid compare`` resumes it) or ``new``.
     """
     out = Path(out)
-    ledger_path = out / LEDGER
-    ledger: dict[str, Any] = rundir.read_json(ledger_path) if ledger_path.exists() else {}
+    ledger = read_ledger(out)
     rows = []
     for run in compare.runs():
         run_dir = out / "runs" / run.name
         state = run_state(run_dir)
         # the claim's holder; or the run directory's own (a run resumed with `rlid train`)
         holder = recorded_holder(out / CLAIMS / run.name) or recorded_holder(run_dir)
-        metrics = rundir.read_metrics(run_dir)
-        spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
-        success = None
-        if state == "finished":  # on the held-out games (their own file when their options differ)
-            heldout = heldout_path(out, run)
-            evaluated = heldout if heldout.exists() else run_dir / "eval.json"
-            success = rundir.read_json(evaluated)["after"].get("success")
+        metrics, success = rundir.read_metrics(run_dir), None
+        if state == "finished":  # as the report reads it (held-out games' own file first)
+            success = load_run(out, run)["heldout"]["after"].get("success")
         elif holder is not None:
             state = "training"
         elif state == "started":
             state = "stopped"
+        spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
         rows.append(
             {
                 "run": run.name,
