@@ -163,33 +163,16 @@ def test_state_round_trip_keeps_types(tmp_path):
 
 
 # --------------------------------------------------------------- one writer
-HOLD = """
-import sys, time
-from rlid.runs.lock import RunLock
-RunLock(sys.argv[1], "holder test").acquire()
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
-def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path, capsys):
+def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path, capsys, hold_lock):
     run = copy_run(finished_run, tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with hold_lock(run, "holder test") as pid:
         before = snapshot(run)
         start = time.perf_counter()
         assert cli_main(["train", "--resume", str(run)]) == 2
         assert time.perf_counter() - start < 20
         err = capsys.readouterr().err
-        assert f"pid {holder.pid}" in err and "holder test" in err and "in use" in err
+        assert f"pid {pid}" in err and "holder test" in err and "in use" in err
         assert snapshot(run) == before
-    finally:
-        holder.kill()
-        holder.wait()
     # the holder died (kill -9): its lock is gone with it, and its record is taken over
     with RunLock(run, "after"):
         pass
