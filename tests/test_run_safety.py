@@ -179,6 +179,29 @@ def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path,
     assert "no longer running" in capsys.readouterr().err
 
 
+def test_the_recorded_holder_is_the_live_holder_not_a_later_process_on_its_pid(tmp_path, hold_lock):
+    from rlid.runs.lock import recorded_holder
+
+    with hold_lock(tmp_path, "holder test") as pid:
+        held = recorded_holder(tmp_path)
+        assert held is not None and held["pid"] == pid and "holder test" in held["text"]
+    assert recorded_holder(tmp_path) is None  # killed: its pid names no process
+    # a record whose pid is alive but started at another time: the pid was reused
+    record = json.loads((tmp_path / ".rlid.lock").read_text())
+    assert isinstance(record["pid_start"], int)  # /proc exists here
+    mine = {**record, "pid": os.getpid()}
+    (tmp_path / ".rlid.lock").write_text(json.dumps({**mine, "pid_start": -1}))
+    assert recorded_holder(tmp_path) is None
+    live = RunLock(tmp_path / "live", "me").acquire(create=True)
+    assert recorded_holder(tmp_path / "live")["pid"] == os.getpid()
+    live.release()
+    # a record from before start times were kept is taken at its pid
+    (tmp_path / ".rlid.lock").write_text(
+        json.dumps({k: v for k, v in mine.items() if k != "pid_start"})
+    )
+    assert recorded_holder(tmp_path)["pid"] == os.getpid()
+
+
 def test_two_concurrent_trainings_into_one_out(tmp_path):
     out = tmp_path / "shared"
     # tiny-random: a subprocess would build the full warm start (conftest's tiny recipe

@@ -66,12 +66,25 @@ def _read_info(fd: int) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, from ``/proc``), or None
+    where that cannot be read (no such process, not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # field 22; the command name (field 2) is in parentheses and may hold spaces
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def recorded_holder(directory: Path) -> dict[str, Any] | None:
     """Who holds ``directory``'s lock by its record, read without touching the lock.
 
     ``None`` when no holder is recorded (never locked, or released) or the recorded
-    process has died on this host; else the record with ``"text"`` (who, in words).
-    A holder on another host is taken at its word (its liveness cannot be seen here).
+    process has died on this host (also when its pid now names a later process: the
+    record keeps the holder's start time where ``/proc`` gives it); else the record
+    with ``"text"`` (who, in words). A holder on another host is taken at its word
+    (its liveness cannot be seen here).
     """
     try:
         raw = (Path(directory) / LOCK_NAME).read_bytes()[:4096]
@@ -80,13 +93,17 @@ def recorded_holder(directory: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(info, dict) or not info.get("pid"):
         return None
-    if info.get("host") == socket.gethostname():
+    if info.get("host") == socket.gethostname() and isinstance(info["pid"], int):
+        pid = info["pid"]
         try:
-            os.kill(int(info["pid"]), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             return None  # died without releasing (kill -9): the kernel dropped its lock
-        except (PermissionError, ValueError, OverflowError):
+        except (PermissionError, OverflowError):
             pass
+        recorded = info.get("pid_start")
+        if recorded is not None and _process_start(pid) not in (recorded, None):
+            return None  # its pid now names a later process
     return {**info, "text": _holder_text(info)}
 
 
@@ -168,6 +185,7 @@ class RunLock:
             )
         info = {
             "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
             "host": socket.gethostname(),
             "purpose": self.purpose,
             "since": time.time(),
