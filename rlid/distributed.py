@@ -40,13 +40,15 @@ The trainers call this module at a few named edges only:
 
 A peer that dies makes the next collective fail; that failure (or a collective
 that waits longer than ``dist_timeout``) is raised as :class:`PeerLost` with
-what to do next.
+what to do next -- also inside a wrapped model's forward / backward, where the
+collectives are the wrapper's (:func:`wrapper_collectives`).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -149,6 +151,39 @@ def collective(what: str) -> Iterator[None]:
         yield
     except (RuntimeError, dist.DistBackendError) as err:
         raise PeerLost(_peer_lost(what, err)) from err
+
+
+# Words a communication library's own error carries when a peer died or stopped
+# answering (gloo's TCP transport, NCCL's watchdog), lower case
+_TRANSPORT_WORDS = ("gloo", "nccl", "connection closed by peer", "connection reset by peer",
+                    "broken pipe", "timed out", "timeout")  # fmt: skip
+_PEER_LOST_WORDS = "another process of this run died"
+
+
+@contextmanager
+def wrapper_collectives(what: str) -> Iterator[None]:
+    """A forward / backward of a wrapped model: a failed collective run inside torch's
+    own hooks (FSDP2's all-gathers and reduce-scatters, DDP's all-reduce) becomes
+    :class:`PeerLost`; any other error (out of memory, a shape error) passes unchanged.
+
+    Such failures reach Python as a ``RuntimeError`` from ``backward()`` (or the
+    forward), outside every :func:`collective` block; they are recognised by
+    ``DistBackendError`` or the communication library's words in the message.
+    """
+    try:
+        yield
+    except PeerLost:
+        raise
+    except RuntimeError as err:
+        text = str(err)
+        ours = re.search(rf"rank \S+: [^\n]*{_PEER_LOST_WORDS}[^\n]*", text)
+        if ours:  # our DDP hook's message, re-raised by torch inside its own words
+            raise PeerLost(ours.group(0).strip()) from err
+        if isinstance(err, dist.DistBackendError) or any(
+            word in text.lower() for word in _TRANSPORT_WORDS
+        ):
+            raise PeerLost(_peer_lost(what, err)) from err
+        raise
 
 
 def _peer_lost(what: str, err: BaseException) -> str:
@@ -304,7 +339,8 @@ def _bucket_value(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor
     """The reduced bucket; a failed all-reduce (a peer died mid-backward) says so.
 
     Runs inside the backward, outside any :func:`collective` block: torch re-raises
-    this error from ``backward()`` as a ``RuntimeError`` carrying its message.
+    this error from ``backward()`` as a ``RuntimeError`` carrying its message, which
+    :func:`wrapper_collectives` (the micro-step's context) raises as ``PeerLost`` again.
     """
     try:
         return fut.value()[0]
@@ -461,7 +497,11 @@ class Parallel:
     @contextmanager
     def update(self, policy: Any = None) -> Iterator[torch.nn.Module]:
         """The update's block: yields ``train_module`` (also set as ``policy.model``,
-        restored afterwards); fsdp: parameters sharded inside, gathered again after."""
+        restored afterwards); fsdp: parameters sharded inside, gathered again after.
+
+        An update that raised is not gathered: the run stops there, and a collective
+        after a failed one could only fail again (or wait for a rank that is gone),
+        replacing the first error with its own."""
         saved = getattr(policy, "model", None)
         self._shard()
         if policy is not None:
@@ -471,7 +511,7 @@ class Parallel:
         finally:
             if policy is not None:
                 policy.model = saved
-            self._gather()
+        self._gather()
 
     # ---------------------------------------------------------------- micro-batches
     def micro_plan(
@@ -490,14 +530,16 @@ class Parallel:
         """
         if self._ddp is not None:
             steps: list[slice | None] = list(parts) or [None]
+            synced = wrapper_collectives("the gradient all-reduce in backward (DDP)")
             return [
-                (part, nullcontext() if i == len(steps) - 1 else self._ddp.no_sync())
+                (part, synced if i == len(steps) - 1 else self._ddp.no_sync())
                 for i, part in enumerate(steps)
             ]
         if self._fsdp:
             most = int(all_max([len(parts)], self.world)[0])
             padded: list[slice | None] = [*parts, *[None] * (most - len(parts))]
-            return [(part, nullcontext()) for part in padded]
+            what = "an FSDP2 all-gather or reduce-scatter in forward / backward"
+            return [(part, wrapper_collectives(what)) for part in padded]
         return [(part, nullcontext()) for part in parts]
 
     def reduce_rest(self, params: Sequence[torch.nn.Parameter]) -> None:

@@ -7,6 +7,7 @@ Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
 episodes of iteration 1 (per rank) and the first reduced gradient (rank 0), taken
 right before the first optimizer step -- after DDP's / FSDP2's reduction in the
 backward or the explicit one, whichever the run uses (sharded gradients gathered).
+With RLID_TEST_DIE_IN_BACKWARD=R, rank R exits (code 9) at its first backward.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def main() -> int:
                 torch.save(grads, record / "grad.pt")
         return real_step(self)
 
+    if os.environ.get("RLID_TEST_DIE_IN_BACKWARD") == str(rank):
+        # this rank dies at its first backward (the others then fail inside theirs)
+        def dying(self, loss, weight=1.0):
+            os._exit(9)
+
+        hardware.Stepper.backward = dying  # type: ignore[method-assign]
     trainer.play_groups = play
     token_trainer.play_groups = play
     hardware.Stepper.step = step  # type: ignore[method-assign]

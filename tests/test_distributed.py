@@ -74,7 +74,7 @@ def free_port() -> int:
 
 
 def start(
-    nproc: int, run_dir: Path, record: Path, spec: str, cache: Path
+    nproc: int, run_dir: Path, record: Path, spec: str, cache: Path, **extra_env: str
 ) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
@@ -84,6 +84,7 @@ def start(
             "PYTHONPATH": str(ROOT),
             "OMP_NUM_THREADS": "1",
             "RLID_CACHE_DIR": str(cache),
+            **extra_env,
         }
         if nproc > 1:
             env.update(
@@ -298,6 +299,41 @@ def test_a_failed_gradient_all_reduce_in_backward_says_a_peer_died():
     assert torch.equal(_bucket_value(done), torch.ones(2))
 
 
+def test_a_failed_collective_inside_a_wrapped_forward_or_backward_says_a_peer_died():
+    # FSDP2's reduce-scatters and all-gathers run inside torch's hooks: their failure
+    # reaches us as a RuntimeError from backward(), and must carry the "resume" message
+    from rlid.distributed import PeerLost, wrapper_collectives
+
+    def fails(err: BaseException) -> None:
+        with wrapper_collectives("a reduce-scatter"):
+            raise err
+
+    with pytest.raises(
+        PeerLost, match="rank .: a reduce-scatter failed: another process .*--resume"
+    ):
+        fails(RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1"))
+    with pytest.raises(PeerLost, match="a reduce-scatter failed"):
+        fails(torch.distributed.DistBackendError("NCCL communicator was aborted"))
+    # our DDP hook's message, re-raised by torch inside its own text: kept, not wrapped twice
+    hook = (
+        "rank 1: the gradient all-reduce in backward (DDP) failed: another process of this run died"
+    )
+    with pytest.raises(PeerLost) as caught:
+        fails(
+            RuntimeError(
+                f"Got the following error when running the callback: PeerLost: {hook} (x)\n  at"
+            )
+        )
+    assert str(caught.value) == f"{hook} (x)"
+    # anything else is the user's or torch's error, unchanged
+    for other in (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), ValueError("x")):
+        with pytest.raises(type(other)) as caught:
+            fails(other)
+        assert caught.value is other
+    with wrapper_collectives("nothing"):
+        pass
+
+
 def test_parallel_option_is_recorded_only_when_changed():
     # runs written before --parallel existed keep their config (and fingerprint)
     assert "parallel" not in config().to_dict()
@@ -351,6 +387,23 @@ def test_killed_rank_fails_the_others_and_resume_matches(tmp_path, cache, parall
         assert torch.equal(a[key], b[key]), key
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget")} for r in rows]  # noqa: E731
     assert strip(read_metrics(tmp_path / "full")) == strip(read_metrics(tmp_path / "killed"))
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_rank_dying_before_its_backward_fails_the_other_in_its_backward_with_peer_lost(
+    tmp_path, cache, parallel
+):
+    # rank 1 exits at its first backward: rank 0's next collective is the wrapper's own
+    # (DDP's all-reduce hook, FSDP2's reduce-scatter), inside backward()
+    procs = start(2, tmp_path / "run", tmp_path / "rec", json.dumps(config(parallel=parallel).to_dict()),
+                  cache, RLID_TEST_DIE_IN_BACKWARD="1")  # fmt: skip
+    errs = wait(procs, timeout=TIMEOUT)
+    assert procs[1].returncode == 9
+    assert procs[0].returncode != 0
+    last = errs[0].strip().splitlines()[-1]  # what rank 0 stopped with
+    assert "PeerLost: rank 0: " in last and "callback" not in last, errs[0][-3000:]
+    assert "another process of this run died" in last and "--resume" in last
+    assert ("backward (DDP)" if parallel == "ddp" else "FSDP2") in last
 
 
 def test_resume_with_another_number_of_processes_is_refused(tmp_path, cache):
