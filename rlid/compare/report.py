@@ -24,13 +24,19 @@ HELDOUT_METRICS = ("success", "return", "normalized_score", "episode_length", "i
 BOOTSTRAP_SEED = 0
 
 
+def heldout_path(out: Path, run: RunSpec) -> Path:
+    """Where a run's held-out evaluation is kept when the held-out games' options differ
+    from training's (else the run's own ``eval.json`` holds it)."""
+    return out / "heldout" / f"{run.name}.json"
+
+
 def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
     """Metrics rows, final budget and held-out before/after of one finished run."""
     run_dir = out / "runs" / run.name
     rows = rundir.read_metrics(run_dir)
     evals = rundir.read_json(run_dir / "eval.json")
     heldout = {"before": evals.get("before"), "after": evals.get("after")}
-    separate = out / "heldout" / f"{run.name}.json"
+    separate = heldout_path(out, run)
     if separate.exists():  # held-out options differ from training: evaluated separately
         heldout = {"before": None, **rundir.read_json(separate)}
     final = rows[-1]["budget"] if rows else Budget().to_dict()

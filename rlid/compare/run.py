@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
+from rlid.compare.report import heldout_path
 from rlid.planes import run_training
 from rlid.runs import dir as rundir
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
@@ -94,10 +95,6 @@ def check_model_available(run: RunSpec) -> None:
         "from the current directory). Build or copy it first (a warm start of your own: "
         "`rlid pretrain ... --out DIR`), or leave the arm out with --arms"
     )
-
-
-def heldout_path(out: Path, run: RunSpec) -> Path:
-    return out / "heldout" / f"{run.name}.json"
 
 
 def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:

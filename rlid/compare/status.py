@@ -32,13 +32,16 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
         state = run_state(run_dir)
         # the claim's holder; or the run directory's own (a run resumed with `rlid train`)
         holder = recorded_holder(out / CLAIMS / run.name) or recorded_holder(run_dir)
-        metrics, success = rundir.read_metrics(run_dir), None
+        success = None
         if state == "finished":  # as the report reads it (held-out games' own file first)
-            success = load_run(out, run)["heldout"]["after"].get("success")
-        elif holder is not None:
-            state = "training"
-        elif state == "started":
-            state = "stopped"
+            loaded = load_run(out, run)
+            metrics, success = loaded["rows"], loaded["heldout"]["after"].get("success")
+        else:
+            metrics = rundir.read_metrics(run_dir)
+            if holder is not None:
+                state = "training"
+            elif state == "started":
+                state = "stopped"
         spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
         rows.append(
             {
