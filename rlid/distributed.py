@@ -527,6 +527,9 @@ class Parallel:
         * fsdp: every forward / backward is collective (all-gathers, reduce-scatters), so
           every rank runs the same number of steps: the most any rank holds, padded with
           fillers (every step reduce-scatters its gradient; the shards accumulate).
+
+        Wrapped, a step whose forward / backward runs the wrapper's collectives does so
+        inside :func:`wrapper_collectives` (a lost peer there is :class:`PeerLost`).
         """
         if self._ddp is not None:
             steps: list[slice | None] = list(parts) or [None]
