@@ -25,7 +25,7 @@ from rlid.config import TrainConfig
 from rlid.models import load_policy_model, save_policy_model, tiny_cache_dir
 from rlid.runs import dir as rundir
 from rlid.runs.convert import convert_run
-from rlid.runs.lock import RunLock, RunLockedError
+from rlid.runs.lock import RunLock, RunLockedError, recorded_holder
 from rlid.runs.log import NonFiniteError, RunLog
 from rlid.runs.state import UnsafeStateError, load_state, save_state
 
@@ -180,8 +180,6 @@ def test_a_second_writer_fails_at_once_naming_the_holder(finished_run, tmp_path,
 
 
 def test_the_recorded_holder_is_the_live_holder_not_a_later_process_on_its_pid(tmp_path, hold_lock):
-    from rlid.runs.lock import recorded_holder
-
     with hold_lock(tmp_path, "holder test") as pid:
         held = recorded_holder(tmp_path)
         assert held is not None and held["pid"] == pid and "holder test" in held["text"]
