@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -157,7 +156,6 @@ def collective(what: str) -> Iterator[None]:
 # answering (gloo's TCP transport, NCCL's watchdog), lower case
 _TRANSPORT_WORDS = ("gloo", "nccl", "connection closed by peer", "connection reset by peer",
                     "broken pipe", "timed out", "timeout")  # fmt: skip
-_PEER_LOST_WORDS = "another process of this run died"
 
 
 @contextmanager
@@ -175,22 +173,23 @@ def wrapper_collectives(what: str) -> Iterator[None]:
     except PeerLost:
         raise
     except RuntimeError as err:
-        text = str(err)
-        ours = re.search(rf"rank \S+: [^\n]*{_PEER_LOST_WORDS}[^\n]*", text)
-        if ours:  # our DDP hook's message, re-raised by torch inside its own words
-            raise PeerLost(ours.group(0).strip()) from err
         if isinstance(err, dist.DistBackendError) or any(
-            word in text.lower() for word in _TRANSPORT_WORDS
+            word in str(err).lower() for word in _TRANSPORT_WORDS
         ):
             raise PeerLost(_peer_lost(what, err)) from err
         raise
 
 
+# torch's words around an error raised in a future's callback (DDP's all-reduce hook)
+_CALLBACK_PREFIX = "Got the following error when running the callback: "
+
+
 def _peer_lost(what: str, err: BaseException) -> str:
     rank = dist.get_rank() if dist.is_initialized() else "?"
+    cause = str(err).splitlines()[0].removeprefix(_CALLBACK_PREFIX) if str(err) else ""
     return (
         f"rank {rank}: {what} failed: another process of this run died or stopped "
-        f"answering ({str(err).splitlines()[0] if str(err) else type(err).__name__}). "
+        f"answering ({cause or type(err).__name__}). "
         "Stop the run and continue it from its last checkpoint with "
         "`torchrun --nproc-per-node N -m rlid train --resume DIR` (same N)"
     )
@@ -336,16 +335,10 @@ def _sum_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch
 
 
 def _bucket_value(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-    """The reduced bucket; a failed all-reduce (a peer died mid-backward) says so.
-
-    Runs inside the backward, outside any :func:`collective` block: torch re-raises
-    this error from ``backward()`` as a ``RuntimeError`` carrying its message, which
-    :func:`wrapper_collectives` (the micro-step's context) raises as ``PeerLost`` again.
-    """
-    try:
-        return fut.value()[0]
-    except RuntimeError as err:
-        raise PeerLost(_peer_lost("the gradient all-reduce in backward (DDP)", err)) from err
+    """The reduced bucket. A failed all-reduce (a peer died mid-backward) raises here,
+    inside the backward: :func:`wrapper_collectives` (the micro-step's context) turns
+    torch's re-raised error into :class:`PeerLost`."""
+    return fut.value()[0]
 
 
 # DDP checks the hook's annotations as objects (this module's are strings)
