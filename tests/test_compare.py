@@ -194,6 +194,7 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
     assert all(set(a.options) <= {"norm", "model"} for a in compare.arms)
     decision = [a for a in compare.arms if a.plane == "decision"]
     assert sorted(a.options.get("model", "tiny") for a in decision) == [
+        "runs/all12-1000",
         "runs/tiny-answers",
         "runs/tiny-guided",
         "tiny",
