@@ -11,7 +11,7 @@ from rlid.compare.aggregates import (
     probability_of_improvement,
     stratified_bootstrap,
 )
-from rlid.compare.text import _aggregates_section
+from rlid.compare.text import _aggregates_section, _num
 
 
 def test_iqm_hand_values():
@@ -57,3 +57,12 @@ def test_arm_aggregates_and_report_section():
     text = "\n".join(_aggregates_section({"success": agg}, {"seeds": [0, 1], "envs": [{}, {}]}))
     assert "## Aggregates across seeds and envs (rliable-style)" in text
     assert "| a | 0.75 [" in text and "P(row > column)" in text and "| b | 0.25 [" in text
+
+
+def test_report_numbers_group_thousands_whether_or_not_they_are_whole():
+    # a mean over seeds is rarely whole: 9426670.3 read as a different kind of number
+    assert _num(9426670.3, 1) == "9,426,670.3"
+    assert _num(3080.25, 1) == "3,080.2"
+    assert _num(6619270.0, 1) == "6,619,270"
+    assert _num(0.396, 3) == "0.396"
+    assert _num(None) == "n/a"

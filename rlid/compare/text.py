@@ -22,7 +22,7 @@ def _num(value: Any, digits: int = 2) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float) and not value.is_integer():
-        return f"{value:.{digits}f}"
+        return f"{value:,.{digits}f}"  # 9,426,670.3 like the integers' 6,619,270
     return f"{int(value):,}" if abs(value) >= 1 else f"{value:.{digits}f}"
 
 
