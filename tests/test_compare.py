@@ -336,6 +336,27 @@ def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
         )  # truncate -> error is not the same run
 
 
+def test_a_run_refused_for_its_model_path_alone_says_which_paths_differ(tmp_path):
+    from rlid.compare.run import check_existing_run, run_state
+    from rlid.runs import dir as rundir
+
+    run = parse_compare_config(tiny_comparison()).runs()[0]
+    run_dir = tmp_path / run.name
+    run_dir.mkdir()
+    trained = replace(run.config, model="/old/place/warm")
+    rundir.write_json(run_dir / "config.json", {"config": trained.to_dict()})
+    rundir.write_json(run_dir / "eval.json", {"after": {"success": 0.5}})
+    with pytest.raises(ValueError, match=r"differs in: model\) \(it was trained from model "
+                       r"'/old/place/warm', the config names '.*': if that is the same model "
+                       r"moved, name its former path"):  # fmt: skip
+        check_existing_run(run, run_dir, run_state(run_dir))
+    other = replace(trained, lr=trained.lr * 2)  # more than the path differs: no hint
+    rundir.write_json(run_dir / "config.json", {"config": other.to_dict()})
+    with pytest.raises(ValueError, match="differs in: lr, model\\); use another") as caught:
+        check_existing_run(run, run_dir, run_state(run_dir))
+    assert "former path" not in str(caught.value)
+
+
 # ---------------------------------------------------------------------- statistics
 def test_bootstrap_interval_of_the_mean_on_normal_samples():
     mu, sigma, n, reps = 0.3, 2.0, 25, 300

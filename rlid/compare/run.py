@@ -77,9 +77,17 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
         if overflow == planned["interface"] and found["interface"].get("overflow") == "error":
             return
     if differing:
+        moved = ""
+        if differing == ["model"]:  # e.g. a warm start copied elsewhere since
+            moved = (
+                f" (it was trained from model {found['model']!r}, the config names "
+                f"{planned['model']!r}: if that is the same model moved, name its former "
+                "path in the config to reuse the run)"
+            )
         raise ValueError(
             f"{run_dir} was trained with a different config (differs in: "
-            f"{', '.join(differing)}); use another --out, or delete that run to retrain it"
+            f"{', '.join(differing)}){moved}; use another --out, or delete that run to "
+            "retrain it"
         )
 
 
