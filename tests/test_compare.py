@@ -531,6 +531,26 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     assert comparison_status(compare, out)[0]["success"] == 0.125
 
 
+def test_status_names_a_missing_model_that_keeps_runs_from_starting(tmp_path, capsys):
+    from rlid.compare.status import comparison_status, format_status
+
+    warm = tmp_path / "warm"  # not built yet
+    data = tiny_comparison()
+    data["arms"]["decision"]["options"] = {"model": str(warm)}
+    compare = parse_compare_config(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = comparison_status(compare, out)
+    assert [r["missing_model"] for r in rows] == [str(warm), ""]  # grpo starts from tiny
+    text = format_status(rows, compare.currency)
+    assert "new (no model)" in text and "1 of them cannot start yet" in text
+    assert str(warm) in text.splitlines()[-1]
+    warm.mkdir()  # built: nothing missing, no extra line
+    rows = comparison_status(compare, out)
+    assert [r["missing_model"] for r in rows] == ["", ""]
+    assert "cannot start" not in format_status(rows, compare.currency)
+
+
 def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path, untimed):
     # Two `rlid compare` processes started together on one --out: every run trained
     # once, by one of them, to the same metrics as one process training them all.

@@ -95,7 +95,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--status", action="store_true",
         help="only show where every run of --out stands (finished, training and by whom, "
-        "stopped, not started; budget spent, held-out success); reads, never writes, so it "
+        "stopped, not started, and which cannot start for a missing model; budget spent, "
+        "held-out success); reads, never writes, so it "
         "is safe while other `rlid compare` processes train there",
     )  # fmt: skip
     p.set_defaults(func=_cmd_compare)

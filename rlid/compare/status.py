@@ -12,7 +12,7 @@ from typing import Any
 
 from rlid.compare.config import CompareConfig
 from rlid.compare.report import load_run
-from rlid.compare.run import CLAIMS, read_ledger, run_state
+from rlid.compare.run import CLAIMS, check_model_available, read_ledger, run_state
 from rlid.runs import dir as rundir
 from rlid.runs.lock import recorded_holder
 
@@ -22,7 +22,9 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
 
     ``state`` is ``finished`` (held-out "after" evaluated), ``training`` (a live
     process holds its claim), ``stopped`` (started, unfinished, unclaimed: the
-    next ``rlid compare`` resumes it) or ``new``.
+    next ``rlid compare`` resumes it) or ``new``. ``missing_model`` names the model
+    directory a stopped or new run starts from when it does not exist (the next
+    ``rlid compare`` would refuse to start until it does), else ``""``.
     """
     out = Path(out)
     ledger = read_ledger(out)
@@ -43,6 +45,12 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
             elif state == "started":
                 state = "stopped"
         spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
+        missing_model = ""
+        if state in ("stopped", "new"):
+            try:
+                check_model_available(run)
+            except FileNotFoundError:
+                missing_model = run.config.model
         rows.append(
             {
                 "run": run.name,
@@ -53,6 +61,7 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
                 "iterations": len(metrics),
                 "success": success,
                 "seconds": float(ledger.get(run.name, {}).get("seconds", 0.0)),
+                "missing_model": missing_model,
             }
         )
     return rows
@@ -66,7 +75,7 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
         table.append(
             [
                 r["run"],
-                r["state"],
+                r["state"] + (" (no model)" if r.get("missing_model") else ""),
                 f"{_number(r['spent'])} / {_number(r['budget'])}",
                 str(r["iterations"]),
                 "" if r["success"] is None else f"{r['success']:.2f}",
@@ -82,6 +91,13 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
         f"{counts['stopped']} stopped (the next `rlid compare` resumes them), "
         f"{len(rows) - sum(counts.values())} not started"
     )
+    missing = sorted({r["missing_model"] for r in rows if r.get("missing_model")})
+    if missing:
+        waiting = sum(bool(r.get("missing_model")) for r in rows)
+        lines.append(
+            f"{waiting} of them cannot start yet: their model directory does not exist "
+            f"({', '.join(missing)}; relative paths are read from the current directory)"
+        )
     return "\n".join(lines)
 
 
