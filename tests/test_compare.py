@@ -481,6 +481,35 @@ def test_a_run_another_process_trains_is_left_to_it_and_the_last_one_reports(tmp
     assert ledger[second]["history"] == ["trained"]
 
 
+def test_a_reference_another_process_evaluates_is_left_to_it(tmp_path, hold_lock):
+    # the floor of seed 0 is being evaluated elsewhere: this process neither waits for
+    # it nor evaluates it; it trains the runs, and the report waits for the reference
+    compare = parse_compare_config(tiny_comparison(references=["random", "walkthrough"]))
+    env = compare.envs[0].name
+    said: list[str] = []
+    claim = tmp_path / compare_mod.CLAIMS / "reference" / f"{env}-random-seed0"
+    floor = compare_mod.reference_path(tmp_path, env, "random", 0)
+    ceiling = compare_mod.reference_path(tmp_path, env, "walkthrough", 0)
+    with hold_lock(claim, "rlid compare: x") as pid:
+        assert (
+            compare_mod.run_comparison(compare, tmp_path, progress=False, say=said.append) is None
+        )
+    assert not floor.exists() and ceiling.exists()
+    assert all((tmp_path / "runs" / r.name / "eval.json").exists() for r in compare.runs())
+    assert any(
+        m.startswith("no report yet: 0 of 2 runs and 1 reference evaluation(s)")
+        and f"{env}-random-seed0 (being evaluated by pid {pid} " in m
+        for m in said
+    ), said
+    assert not (tmp_path / "report.md").exists()
+
+    said.clear()  # its holder stopped without writing it: the next call evaluates it
+    results = compare_mod.run_comparison(compare, tmp_path, progress=False, say=said.append)
+    assert floor.exists() and results is not None and (tmp_path / "report.md").exists()
+    assert f"reference random on {env}: evaluated" in said
+    assert f"reference walkthrough on {env}: evaluated" not in said  # reused
+
+
 def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock, capsys):
     from rlid.compare.status import comparison_status
     from rlid.runs import dir as rundir

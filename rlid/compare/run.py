@@ -13,11 +13,12 @@ evaluation is reused as it is, a started one is resumed from its last checkpoint
 before anything trains. So a killed comparison continues where it stopped.
 
 Several ``rlid compare`` processes may work on one ``OUT`` at once (on one machine
-or several sharing a filesystem) and share its runs: each run is claimed with its
-own lock (``OUT/.claims/RUN``) by the first process to reach it, the others pass
-it by; ``OUT``'s own lock is held only while shared files are written (the
-checks, ``comparison.json``, the references, the ledger, the report). The report
-is written by the process that finds every run finished and unclaimed at its end.
+or several sharing a filesystem) and share its runs and references: each is
+claimed with its own lock (``OUT/.claims/RUN``, ``OUT/.claims/reference/...``) by
+the first process to reach it, the others pass it by; ``OUT``'s own lock is held
+only while shared files are written (the checks, ``comparison.json``, the ledger,
+the report). The report is written by the process that finds every run and
+reference finished and unclaimed at its end.
 
     rlid compare --config examples/compare_small.toml --out runs/compare_small
 """
@@ -39,6 +40,8 @@ from rlid.runs.log import read_run_config
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
+# OUT/.claims/reference/ENV-REFERENCE-seedN: the process evaluating that reference
+REFERENCE_CLAIMS = "reference"
 SHARED_WAIT: float | None = None  # how long to wait for OUT's lock (None: as long as it takes)
 
 
@@ -130,26 +133,44 @@ def reference_path(out: Path, env: str, reference: str, seed: int) -> Path:
 
 def evaluate_references(
     compare: CompareConfig, out: Path, *, say: Callable[[str], None] = print
-) -> None:
+) -> list[str]:
     """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games;
     cheap (no model), done before training so a missing walkthrough fails first.
     Finished ones are reused. The random arm runs once per seed; the walkthrough is
-    deterministic (the same games, the same commands), so it runs for the first seed."""
+    deterministic (the same games, the same commands), so it runs for the first seed.
+
+    Each one is claimed like a run (``OUT/.claims/reference/ENV-REFERENCE-seedN``), not
+    under OUT's lock, so processes sharing ``OUT`` evaluate different ones and go on
+    to their runs without waiting (compiling a setting's games can take minutes).
+    Returns those another process is evaluating now."""
     from rlid.compare.reference import evaluate_reference
 
+    elsewhere = []
     for env in compare.envs:
         for reference in compare.references:
             seeds = compare.seeds if reference == "random" else compare.seeds[:1]
+            mine = 0
             for seed in seeds:
                 path = reference_path(out, env.name, reference, seed)
                 if path.exists():
                     continue
-                stats = evaluate_reference(
-                    reference, env.env_id, dict(env.heldout_options),
-                    episodes=compare.heldout_episodes, seed=seed, interface=compare.interface,
-                )  # fmt: skip
-                rundir.write_json(path, {"reference": reference, "seed": seed, "after": stats})
-            say(f"reference {reference} on {env.name}: evaluated")
+                name = f"{env.name}-{reference}-seed{seed}"
+                with _claimed(out, f"{REFERENCE_CLAIMS}/{name}") as holder:
+                    if holder is not None:
+                        elsewhere.append(f"reference {name} (being evaluated by {holder})")
+                        continue
+                    if path.exists():  # written by the holder we just followed
+                        continue
+                    stats = evaluate_reference(
+                        reference, env.env_id, dict(env.heldout_options),
+                        episodes=compare.heldout_episodes, seed=seed,
+                        interface=compare.interface,
+                    )  # fmt: skip
+                    rundir.write_json(path, {"reference": reference, "seed": seed, "after": stats})
+                    mine += 1
+            if mine:
+                say(f"reference {reference} on {env.name}: evaluated")
+    return elsewhere
 
 
 def run_comparison(
@@ -173,8 +194,9 @@ def run_comparison(
     runs = compare.runs()
     with _shared(out):
         _prepare(compare, runs, out, say=say)
+    evaluate_references(compare, out, say=say)  # each claimed: no wait for OUT's lock
     for i, run in enumerate(runs, 1):
-        with _claimed(out, run) as holder:
+        with _claimed(out, run.name) as holder:
             if holder is not None:
                 say(f"[{i}/{len(runs)}] {run.name}: being trained by {holder}; left to it")
                 continue
@@ -194,11 +216,11 @@ def _shared(out: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _claimed(out: Path, run: RunSpec) -> Iterator[str | None]:
-    """Hold the run's claim inside the block (yields ``None``); or yield who holds it
-    (another process training it) and hold nothing."""
+def _claimed(out: Path, name: str) -> Iterator[str | None]:
+    """Hold the claim on ``name`` (a run, or a reference) inside the block (yields
+    ``None``); or yield who holds it (another process working on it) and hold nothing."""
     try:
-        claim = RunLock(out / CLAIMS / run.name, f"rlid compare: {run.name}").acquire(create=True)
+        claim = RunLock(out / CLAIMS / name, f"rlid compare: {name}").acquire(create=True)
     except RunLockedError as error:
         yield error.holder
         return
@@ -217,10 +239,10 @@ def read_ledger(out: Path) -> dict[str, Any]:
 def _prepare(
     compare: CompareConfig, runs: list[RunSpec], out: Path, *, say: Callable[[str], None]
 ) -> None:
-    """Every check before any training, then ``comparison.json`` and the references."""
+    """Every check before any training, then ``comparison.json`` (under OUT's lock)."""
     check_output_dir(out)  # again, now that OUT's lock is held
     for run in runs:
-        with _claimed(out, run) as holder:
+        with _claimed(out, run.name) as holder:
             if holder is not None:
                 continue  # another process is training it: checked by that one
             run_dir = out / "runs" / run.name
@@ -229,7 +251,6 @@ def _prepare(
             if state != "finished":
                 check_model_available(run)
     rundir.write_json(out / "comparison.json", compare.to_dict())
-    evaluate_references(compare, out, say=say)
 
 
 def _train_or_reuse(
@@ -280,22 +301,25 @@ def _add_to_ledger(out: Path, name: str, event: str, seconds: float) -> float:
 def _finish(
     compare: CompareConfig, runs: list[RunSpec], out: Path, *, say: Callable[[str], None]
 ) -> dict[str, Any] | None:
-    """Write the report if every run is finished and no process still holds one."""
+    """Write the report if every run and reference is finished and no process still
+    holds one (a reference left by a process that stopped is evaluated here)."""
     from rlid.compare.report import write_report
 
+    references = evaluate_references(compare, out, say=say)
     waiting = []
     for run in runs:
-        with _claimed(out, run) as holder:
+        with _claimed(out, run.name) as holder:
             if holder is not None:
                 waiting.append(f"{run.name} (being trained by {holder})")
             elif run_state(out / "runs" / run.name) != "finished":
                 waiting.append(f"{run.name} (unfinished: a process training it stopped)")
             else:
                 evaluate_heldout(compare, run, out)
-    if waiting:
+    if waiting or references:
+        also = f" and {len(references)} reference evaluation(s)" if references else ""
         say(
-            f"no report yet: {len(waiting)} of {len(runs)} runs are not done: "
-            + ", ".join(waiting)
+            f"no report yet: {len(waiting)} of {len(runs)} runs{also} are not done: "
+            + ", ".join(waiting + references)
             + ". The process that finishes the last one writes it; or rerun this command"
         )
         return None
