@@ -560,7 +560,7 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     assert comparison_status(compare, out)[0]["success"] == 0.125
 
 
-def test_status_names_a_missing_model_that_keeps_runs_from_starting(tmp_path, capsys):
+def test_status_names_a_missing_model_that_keeps_runs_from_starting(tmp_path):
     from rlid.compare.status import comparison_status, format_status
 
     warm = tmp_path / "warm"  # not built yet

@@ -75,7 +75,7 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
         table.append(
             [
                 r["run"],
-                r["state"] + (" (no model)" if r.get("missing_model") else ""),
+                r["state"] + (" (no model)" if r["missing_model"] else ""),
                 f"{_number(r['spent'])} / {_number(r['budget'])}",
                 str(r["iterations"]),
                 "" if r["success"] is None else f"{r['success']:.2f}",
@@ -91,9 +91,9 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
         f"{counts['stopped']} stopped (the next `rlid compare` resumes them), "
         f"{len(rows) - sum(counts.values())} not started"
     )
-    missing = sorted({r["missing_model"] for r in rows if r.get("missing_model")})
+    missing = sorted({r["missing_model"] for r in rows if r["missing_model"]})
     if missing:
-        waiting = sum(bool(r.get("missing_model")) for r in rows)
+        waiting = sum(bool(r["missing_model"]) for r in rows)
         lines.append(
             f"{waiting} of them cannot start yet: their model directory does not exist "
             f"({', '.join(missing)}; relative paths are read from the current directory)"
