@@ -57,6 +57,7 @@ import envs as envs_pkg
 from envs.registry import COMMON_OPTIONS
 from menus import Interface, compile_menu, make_memory
 from menus.labels import parse_alphabet
+from menus.memory import MEMORY_PROVIDERS
 from menus.prompt import (
     command_completion,
     label_set_for,
@@ -69,6 +70,7 @@ from rlid.runs.lock import RunLock
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
+DEFAULT_MEMORY = "last_k"
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -130,6 +132,12 @@ class PretrainConfig:
         "command is not on it stops there ('auto': A-Z, a-z, 0-9, so up to 62 rows: match "
         "the comparison the warm start is for, e.g. examples/suite.toml)",
     )
+    memory: str = _f(
+        DEFAULT_MEMORY,
+        "memory line of the corpus's prompts, as a run's interface memory: 'last_k' (the "
+        "last transitions), 'structured' (visited places, failed actions) or 'none'; match "
+        "the runs the warm start is for",
+    )
 
     def __post_init__(self) -> None:
         envs = tuple(part for item in self.envs for part in split_env_entries(str(item)))
@@ -157,6 +165,10 @@ class PretrainConfig:
         for entry in self.envs:
             parse_env_entry(entry)  # unknown ids and options fail listing the valid ones
         parse_alphabet(self.labels)  # a bad spec fails naming the valid forms
+        if self.memory not in MEMORY_PROVIDERS:
+            raise ValueError(
+                f"memory must be one of {sorted(MEMORY_PROVIDERS)}, got {self.memory!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -233,7 +245,7 @@ def transcripts(
     (``progress``: a bar per env and kind of play)."""
     from tqdm import tqdm
 
-    interface = interface or Interface(labels=config.labels)
+    interface = interface or Interface(labels=config.labels, memory=config.memory)  # type: ignore[arg-type]
     labels = label_set_for(interface, tokenizer)
     rng = np.random.default_rng(config.seed)
     pool = {"num_games": config.num_games} if config.num_games else {}
@@ -462,6 +474,8 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
     settings["envs"] = list(settings["envs"])
     if settings["labels"] == DEFAULT_LABELS:  # as saved before the option existed
         settings.pop("labels")
+    if settings["memory"] == DEFAULT_MEMORY:  # likewise
+        settings.pop("memory")
     return settings
 
 

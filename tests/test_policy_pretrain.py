@@ -521,6 +521,32 @@ def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_i
         PretrainConfig(labels="A-")
 
 
+def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
+    from rlid.pretrain import transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=3, walkthrough_episodes=1)
+
+    def memory_lines(memory: str) -> list[str]:
+        corpus = transcripts(PretrainConfig(**base, memory=memory), tokenizer)
+        lines = [line for t in corpus for line in t.prompt.split("\n")]
+        return [line for line in lines if line.startswith("Memory:")]
+
+    last_k, structured, none = (
+        memory_lines("last_k"),
+        memory_lines("structured"),
+        memory_lines("none"),
+    )
+    assert any(" -> " in line for line in last_k)
+    assert not any("Visited:" in line for line in last_k)
+    assert any(line.startswith("Memory: Visited: ") for line in structured)
+    assert not any(" -> " in line for line in structured)
+    assert none == []
+    assert PretrainConfig().memory == "last_k"  # the default warm start's corpus is unchanged
+    with pytest.raises(ValueError, match="memory must be one of"):
+        PretrainConfig(memory="visited")
+
+
 def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_path, capsys):
     import json
 

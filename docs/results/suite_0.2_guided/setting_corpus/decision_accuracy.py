@@ -1,11 +1,11 @@
 """Per-decision accuracy of a start model along the walkthrough (teacher forcing).
 
 Usage (from the repository root):
-    python docs/results/suite_0.2_guided/setting_corpus/decision_accuracy.py MODEL SETTING [SPLIT]
+    python docs/results/suite_0.2_guided/setting_corpus/decision_accuracy.py MODEL SETTING [SPLIT [CONFIG ARM]]
 
 Plays each of 16 games of SPLIT (default heldout) along its walkthrough, with the
-suite's interface for SETTING (examples/suite.toml, arm decision-ppo, MODEL as the
-model), and at every state asks the policy for its greedy row. Prints one JSON line:
+interface of ARM for SETTING in the comparison file CONFIG (default: examples/suite.toml,
+arm decision-ppo), MODEL as the model, and at every state asks the policy for its greedy row. Prints one JSON line:
 the fraction of states where that row is the walkthrough's next command, the mean
 probability the policy gives that row, and, per position along the walkthrough, the
 same accuracy. An episode played greedily succeeds only if (nearly) every choice is
@@ -29,11 +29,15 @@ from rlid.models import load_policy_model
 from rlid.planes import get_plane
 
 
-def main(model_dir: str, setting: str, split: str = "heldout") -> dict:
+def main(
+    model_dir: str,
+    setting: str,
+    split: str = "heldout",
+    config_path: str = "examples/suite.toml",
+    arm_name: str = "decision-ppo",
+) -> dict:
     torch.set_num_threads(1)
-    compare = load_compare_config("examples/suite.toml").select(
-        arms=["decision-ppo"], envs=[setting]
-    )
+    compare = load_compare_config(config_path).select(arms=[arm_name], envs=[setting])
     arm, env_spec = compare.arms[0], compare.envs[0]
     config = build_train_config(compare, replace(arm, options={"model": model_dir}), env_spec, 0)
     model, tokenizer = load_policy_model(model_dir)
@@ -75,4 +79,4 @@ def main(model_dir: str, setting: str, split: str = "heldout") -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:4])), flush=True)
+    print(json.dumps(main(*sys.argv[1:6])), flush=True)
