@@ -296,6 +296,7 @@ def _play(
     texts: list[Transcript] = []
     memory = make_memory(interface.memory, interface.memory_size)
     obs, info = env.reset(seed=seed)
+    memory.reset(obs, info)  # as a rollout: the start place counts as visited
     plan = list(info.get("walkthrough") or []) if guide else []
     if guide and not plan:
         raise ValueError(f"game seed {seed} reports no walkthrough to follow")

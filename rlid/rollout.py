@@ -80,7 +80,7 @@ def collect_episodes(
     with timers.time("env"):
         resets = env_batch.reset_many(list(range(len(envs))), [int(s) for s in reset_seeds])
         for (obs, info), memory, episode in zip(resets, memories, episodes):
-            memory.reset()
+            memory.reset(obs, info)  # the start place counts as visited
             episode.max_score = float(info["max_score"])
             episode.game_seed = info.get("game_seed")
             observations.append(obs)

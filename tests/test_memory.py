@@ -108,3 +108,56 @@ def test_structured_memory_render_is_capped():
         )
     text = memory.render()
     assert len(text) <= 60
+
+
+class _RecordingPolicy:
+    """Takes the first legal action and records the memory line each decision saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    def act(self, observations, infos, memory_texts, *, rng, generator, greedy, temperature=1.0):
+        from types import SimpleNamespace
+
+        self.seen += list(memory_texts)
+        return [SimpleNamespace(action=info["legal_actions"][0]) for info in infos]
+
+
+def test_the_start_place_is_visited_in_rollouts_the_corpus_and_an_exported_agent():
+    """Structured memory lists where an episode started from its first decision on,
+    alike in training rollouts, the warm-start corpus and an exported agent."""
+    import numpy as np
+    import torch
+
+    import envs
+    from menus import Interface
+    from rlid.pretrain import PretrainConfig, transcripts
+    from rlid.rollout import collect_episodes
+    from rlid.runs.export import Agent
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    start_obs, start_info = envs.make("keydoor", size=2).reset(seed=3)
+    start = parse_location(start_obs, start_info)
+    assert start == "bathroom"
+    interface = Interface(memory="structured")
+
+    policy = _RecordingPolicy()
+    collect_episodes(
+        [envs.make("keydoor", size=2, max_episode_steps=2)], policy, [3], [0],
+        interface=interface, rng=np.random.default_rng(0), generator=torch.Generator(),
+    )  # fmt: skip
+    assert policy.seen[0] == "Visited: bathroom."
+    assert "bathroom" in policy.seen[1]  # kept after the first step
+
+    agent_policy = _RecordingPolicy()
+    agent = Agent(agent_policy, interface)
+    agent.reset()
+    agent.act(start_obs, start_info)
+    assert agent_policy.seen == ["Visited: bathroom."]
+
+    corpus = transcripts(
+        PretrainConfig(envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, memory="structured"),
+        build_tiny_tokenizer(),
+    )  # fmt: skip
+    first = [line for line in corpus[0].prompt.split("\n") if line.startswith("Memory:")]
+    assert first and first[0].startswith("Memory: Visited: ")

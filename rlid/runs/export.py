@@ -189,7 +189,9 @@ class Agent:
         The memory is updated with what the previous action led to (``obs``, ``info``)
         before the prompt is rendered, as in training rollouts.
         """
-        if self._last is not None:
+        if self._last is None:  # an episode's first observation, as in a rollout
+            self.memory.reset(obs, info)
+        else:
             self.memory.update(obs, self._last, info)
         (decision,) = self.policy.act(
             [obs], [info], [self.memory.render() or None],

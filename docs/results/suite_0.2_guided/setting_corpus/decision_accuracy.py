@@ -51,6 +51,7 @@ def main(
     for game in range(16):
         obs, info = env.reset(seed=7_000_000 + game)
         memory = make_memory(interface.memory, interface.memory_size)
+        memory.reset(obs, info)
         for step, wanted in enumerate(list(info["walkthrough"])):
             decision = policy.act(
                 [obs], [info], [memory.render() or None], rng=rng, generator=gen, greedy=True
