@@ -184,8 +184,10 @@ class StructuredMemory(MemoryProvider):
     ``"Visited: kitchen, studio. Carrying: key. Failed: open door."``.
 
     * Places come from :func:`parse_location` (``info["location"]``, TextWorld
-      headers, "You are in ..."); the ``size`` most recently visited distinct
-      places are listed, with a count of older ones.
+      headers, "You are in ..."), in lower case as the menus' afterstates write them
+      (``-= Kitchen =-`` is listed as ``kitchen``, the place of ``go east -> you
+      will be in the kitchen``); the ``size`` most recently visited distinct places
+      are listed, with a count of older ones.
     * Inventory is shown only when the env provides ``info["inventory"]``.
     * An action failed if ``info["invalid_action"]`` is true or nothing changed
       (same observation, score and legal actions as before it). The ``size`` most
@@ -205,6 +207,7 @@ class StructuredMemory(MemoryProvider):
     def _observe(self, obs: str, info: Mapping[str, Any]) -> tuple[Any, ...]:
         place = parse_location(obs, info)
         if place is not None:
+            place = place.lower()  # as afterstates write it ("you will be in the kitchen")
             if place in self._places:
                 self._places.remove(place)
             self._places.append(place)

@@ -75,7 +75,7 @@ def test_parse_location_sources():
 def test_structured_memory_places_inventory_and_failures():
     memory = StructuredMemory(2)
     memory.reset("-= Hall =-\nA long hall.", info(inventory=[]))
-    assert memory.render() == "Visited: Hall. Carrying: nothing."
+    assert memory.render() == "Visited: hall. Carrying: nothing."  # as "you will be in the hall"
     memory.update("-= Kitchen =-\nA kitchen.", "go east", info(inventory=[]))
     memory.update("You take the key.", "take key", info(inventory=["key"]))
     # a legal action after which nothing changed is a failure
@@ -83,7 +83,7 @@ def test_structured_memory_places_inventory_and_failures():
     memory.update("That is locked.", "open door", info(invalid_action=True, inventory=["key"]))
     memory.update("-= Studio =-\nA studio.", "go north", info(inventory=["key"]))
     assert memory.render() == (
-        "Visited: Kitchen, Studio (+1 more). Carrying: key. Failed: take key, open door."
+        "Visited: kitchen, studio (+1 more). Carrying: key. Failed: take key, open door."
     )
     # an action that later succeeds is no longer listed as failed
     memory.update("You open the door.", "open door", info(inventory=["key"], score=1))
