@@ -5,10 +5,11 @@ Usage (from the repository root):
 
 Plays each of 16 games of SPLIT (default heldout) along its walkthrough, with the
 interface of ARM for SETTING in the comparison file CONFIG (default: examples/suite.toml,
-arm decision-ppo), MODEL as the model, and at every state asks the policy for its greedy row. Prints one JSON line:
-the fraction of states where that row is the walkthrough's next command, the mean
-probability the policy gives that row, and, per position along the walkthrough, the
-same accuracy. An episode played greedily succeeds only if (nearly) every choice is
+arm decision-ppo), MODEL as the model, and at every state asks the policy for its
+greedy row. Prints one JSON line: the fraction of states where that row is the
+walkthrough's next command, the mean probability the policy gives that row, per
+position along the walkthrough the same accuracy, and the first words of the wrong
+choices ("go": a move other than the walkthrough's; "look": no move). An episode played greedily succeeds only if (nearly) every choice is
 right, so a walkthrough of L steps at accuracy p succeeds at about p**L.
 """
 
@@ -48,6 +49,9 @@ def main(
     right: list[bool] = []
     prob: list[float] = []
     by_step: dict[int, list[bool]] = {}
+    wrong_verbs: dict[
+        str, int
+    ] = {}  # first word of the greedy row where it was not the walkthrough's
     for game in range(16):
         obs, info = env.reset(seed=7_000_000 + game)
         memory = make_memory(interface.memory, interface.memory_size)
@@ -64,6 +68,9 @@ def main(
             right.append(decision.action == wanted)
             prob.append(float(p_all[rows[0]]))
             by_step.setdefault(step, []).append(decision.action == wanted)
+            if decision.action != wanted:
+                verb = decision.action.split()[0]
+                wrong_verbs[verb] = wrong_verbs.get(verb, 0) + 1
             obs, _, terminated, truncated, info = env.step(wanted)
             memory.update(obs, wanted, info)
             if terminated or truncated:
@@ -76,6 +83,7 @@ def main(
         "accuracy": float(np.mean(right)),
         "mean_prob_of_walkthrough_row": float(np.mean(prob)),
         "accuracy_by_step": {k: round(float(np.mean(v)), 3) for k, v in sorted(by_step.items())},
+        "wrong_choices_by_verb": dict(sorted(wrong_verbs.items())),
     }
 
 
