@@ -71,6 +71,7 @@ from rlid.runs.lock import RunLock
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
 DEFAULT_MEMORY = "last_k"
+DEFAULT_SIZE = "tiny"
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -132,6 +133,11 @@ class PretrainConfig:
         "command is not on it stops there ('auto': A-Z, a-z, 0-9, so up to 62 rows: match "
         "the comparison the warm start is for, e.g. examples/suite.toml)",
     )
+    size: str = _f(
+        DEFAULT_SIZE,
+        "architecture preset of the fresh model (rlid.models.MODEL_SIZES): 'tiny' (0.95M "
+        "parameters) or 'large' (28.5M)",
+    )
     memory: str = _f(
         DEFAULT_MEMORY,
         "memory line of the corpus's prompts, as a run's interface memory: 'last_k' (the "
@@ -165,6 +171,10 @@ class PretrainConfig:
         for entry in self.envs:
             parse_env_entry(entry)  # unknown ids and options fail listing the valid ones
         parse_alphabet(self.labels)  # a bad spec fails naming the valid forms
+        from rlid.models import MODEL_SIZES
+
+        if self.size not in MODEL_SIZES:
+            raise ValueError(f"size must be one of {sorted(MODEL_SIZES)}, got {self.size!r}")
         if self.memory not in MEMORY_PROVIDERS:
             raise ValueError(
                 f"memory must be one of {sorted(MEMORY_PROVIDERS)}, got {self.memory!r}"
@@ -475,8 +485,9 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
     settings["envs"] = list(settings["envs"])
     if settings["labels"] == DEFAULT_LABELS:  # as saved before the option existed
         settings.pop("labels")
-    if settings["memory"] == DEFAULT_MEMORY:  # likewise
-        settings.pop("memory")
+    for name, default in (("memory", DEFAULT_MEMORY), ("size", DEFAULT_SIZE)):
+        if settings[name] == default:  # likewise
+            settings.pop(name)
     return settings
 
 
@@ -601,12 +612,17 @@ def _load_progress_unchanged(work: Path) -> dict[str, Any] | None:
     raise ValueError(f"{work}: the checkpoint kept changing while read; try again")
 
 
+def _fresh_model(tokenizer: Any, size: str, *, seed: int) -> Any:
+    from rlid.models import build_model_from_config, model_config
+
+    return build_model_from_config(model_config(tokenizer, size), seed=seed)  # type: ignore[arg-type]
+
+
 def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The model of an unfinished build into ``out`` as of its last checkpoint, to
     evaluate it mid-build: ``(model, tokenizer, info)``, ``info`` with the ``step``
     reached, the build's ``steps`` and the mean ``loss`` of its last 200 steps.
     Raises ``ValueError`` when there is no unfinished build there."""
-    from rlid.models import build_tiny_model
     from rlid.tokenizer import build_tiny_tokenizer
 
     work = work_dir(Path(out))
@@ -614,7 +630,7 @@ def load_unfinished(out: Path) -> tuple[Any, Any, dict[str, Any]]:
     if saved is None:
         raise ValueError(f"no unfinished pretraining of {out} (no {work})")
     tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=0)
+    model = _fresh_model(tokenizer, saved.get("settings", {}).get("size", DEFAULT_SIZE), seed=0)
     model.load_state_dict(saved["model"])
     model.eval()
     losses = list(saved["losses"])[-200:]
@@ -716,7 +732,7 @@ def _pretrain_locked(
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from rlid.models import build_tiny_model, save_policy_model
+    from rlid.models import save_policy_model
     from rlid.tokenizer import build_tiny_tokenizer
 
     torch.set_num_threads(config.threads)
@@ -747,7 +763,7 @@ def _pretrain_locked(
     digest = _corpus_digest(seqs)
     if every and kept is None:
         _save_corpus(work, config, seqs, dropped)
-    model = build_tiny_model(tokenizer, seed=config.seed)
+    model = _fresh_model(tokenizer, config.size, seed=config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(

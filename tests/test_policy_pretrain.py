@@ -547,6 +547,26 @@ def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
         PretrainConfig(memory="visited")
 
 
+def test_size_builds_the_preset_architecture_and_an_unknown_size_is_refused(tmp_path):
+    import json
+
+    from rlid.models import MODEL_SIZES, load_policy_model
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, steps=1, batch_size=2,
+        threads=1, size="large",
+    )  # fmt: skip
+    pretrain(config, out=tmp_path / "large", progress=False)
+    saved = json.loads((tmp_path / "large" / "config.json").read_text())
+    for key, value in MODEL_SIZES["large"].items():
+        assert saved[key] == value
+    model, _ = load_policy_model(str(tmp_path / "large"))
+    assert model.config.hidden_size == MODEL_SIZES["large"]["hidden_size"] != 128
+    assert PretrainConfig().size == "tiny"  # the default warm start is unchanged
+    with pytest.raises(ValueError, match="size must be one of"):
+        PretrainConfig(size="huge")
+
+
 def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_path, capsys):
     import json
 
