@@ -33,6 +33,7 @@ separate inference engine must (:func:`completion_logprobs`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -73,8 +74,19 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
 
 
 def _returned_cache(output: Any) -> Any:
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
+    """The output's KV cache, or None (without touching a deprecated field name)."""
+    names = {f.name for f in dataclasses.fields(output)} if dataclasses.is_dataclass(output) else ()
+    if "cache" in names:
+        return output.cache
+    return getattr(output, "past_key_values", None)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on (transformers >= 5 renamed it)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag)
 
 
 def _device(model: torch.nn.Module) -> torch.device:
@@ -146,6 +158,89 @@ def completion_logprobs(
         states = captured[-1]  # (B, width + 1, d)
         hidden = states[torch.arange(len(lengths), device=device), last_prompt]
     return logp, mask, hidden
+
+
+def shared_prompt_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[Sequence[int]]],
+    pad_id: int,
+    *,
+    return_hidden: bool = False,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """:func:`completion_logprobs` of several completions per prompt, each prompt run once.
+
+    ``completion_ids[b]`` are prompt b's completions (rows are taken in that order,
+    prompt by prompt). The prompts run in one forward that keeps their KV cache; the
+    cache is then repeated row by row (``batch_select_indices``) and every completion
+    runs in a second forward on top of it, so a prompt of P tokens with K completions
+    of C tokens costs P + K·C token positions instead of K·(P + C). The numbers are
+    those of :func:`completion_logprobs` up to float rounding, gradients included (the
+    cached keys and values carry them back into the prompt's forward).
+
+    Returns:
+        logp (N, C) and mask (N, C) for the N completions, **left-aligned** (token j of
+        a completion in column j); hidden (B, d) at each *prompt's* last token
+        (``return_hidden=True``), else None. ``None`` when the model returns no cache
+        (e.g. gradient checkpointing switches it off): the caller then runs
+        :func:`completion_logprobs`.
+    """
+    counts = [len(c) for c in completion_ids]
+    rows = [list(c) for comps in completion_ids for c in comps]
+    if len(prompt_ids) != len(counts) or min(counts, default=0) < 1:
+        raise ValueError("need one list of at least one completion per prompt")
+    if any(len(c) < 1 for c in rows) or any(len(p) < 1 for p in prompt_ids):
+        raise ValueError("every prompt and every completion needs at least one token")
+    if model.training and _checkpointing(model):
+        return None  # the model would drop the cache (and warn): no wasted prompt forward
+    device = _device(model)
+    cache_kw = _cache_kwarg(model)
+    prompt_input, prompt_mask = left_pad_ids(prompt_ids, pad_id)
+    prompt_input, prompt_mask = prompt_input.to(device), prompt_mask.to(device)
+    with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
+        out = model(
+            input_ids=prompt_input,
+            attention_mask=prompt_mask,
+            position_ids=positions_from_mask(prompt_mask),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    cache = _returned_cache(out)
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return None
+    first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (B, V): token 0's
+    hidden = captured[-1][:, -1] if return_hidden else None  # (B, d)
+
+    owner = torch.repeat_interleave(
+        torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
+    )  # (N,) prompt of each row
+    lengths = torch.tensor([len(c) for c in rows], device=device)
+    width = int(lengths.max())
+    targets = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for n, ids in enumerate(rows):
+        targets[n, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    targets = targets.to(device)  # (N, C)
+    mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, C)
+    logp = first[owner].gather(-1, targets[:, :1])  # (N, 1)
+    if width > 1:
+        # token j > 0 is predicted at token j - 1: feed all but the last column
+        cache.batch_select_indices(owner)
+        step_mask = mask[:, :-1].long()  # right padding: later columns are never read
+        attention_mask = torch.cat([prompt_mask[owner], step_mask], dim=1)
+        start = prompt_mask.sum(-1)[owner]  # (N,) position of token 0
+        positions = start[:, None] + torch.arange(width - 1, device=device)[None, :]
+        with autocast():
+            rest = model(
+                input_ids=targets[:, :-1],
+                attention_mask=attention_mask,
+                position_ids=positions,
+                use_cache=True,
+                **{cache_kw: cache},
+            )
+        later = torch.log_softmax(rest.logits.float(), dim=-1)  # (N, C - 1, V)
+        logp = torch.cat([logp, later.gather(-1, targets[:, 1:, None]).squeeze(-1)], dim=1)
+    return torch.where(mask, logp, 0.0), mask, hidden
 
 
 # --------------------------------------------------------------------------- engines

@@ -18,9 +18,12 @@ both the behaviour distribution softmax(score / T)). Departures:
 the completion includes the end-of-command newline (it tells ``take key`` from a
 prefix of ``take key from box``), and token normalisation counts those tokens too.
 
-A decision costs K sequences (one per legal action) instead of one; they are
-batched across decisions into a single forward, and ``tokens_processed`` counts
-all of them, so the K-fold price is visible in the budget (DESIGN §8).
+A decision costs K completions (one per legal action) instead of one label read.
+By default the prompts run once, in one forward that keeps their KV cache, and all
+K completions of all decisions run in a second forward on top of it (the prompt's
+keys and values repeated per action), so a prompt of P tokens with K completions of
+C tokens costs P + K·C positions, not K·(P + C); ``tokens_processed`` counts the
+positions actually run, so the price stays visible in the budget (DESIGN §8).
 
 :class:`ScoringPolicy` has the interface of :class:`rlid.policy.DecisionPolicy`
 (``act`` -> :class:`rlid.policy.Decision`, ``score``, ``max_menu_size``,
@@ -39,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from baselines.engine import completion_logprobs
+from baselines.engine import completion_logprobs, shared_prompt_logprobs
 from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
@@ -75,6 +78,9 @@ class ScoringPolicy:
             (``render_token_prompt``).
         norm: ``"sum"``, ``"token"`` or ``"word"`` (see the module docstring).
         value_head: optional V(s) on the hidden state of the prompt's last token.
+        share_prompt: run each prompt once and its K completions on its KV cache
+            (:func:`baselines.engine.shared_prompt_logprobs`; the same numbers up to
+            float rounding); False runs one prompt + completion sequence per action.
     """
 
     def __init__(
@@ -89,6 +95,7 @@ class ScoringPolicy:
         timers: Timers | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         micro_batch_size: int | None = None,
+        share_prompt: bool = True,
     ) -> None:
         del micro_batch_size  # one forward scores all K rows of the batch (not chunked yet)
         if norm not in NORMS:
@@ -98,6 +105,7 @@ class ScoringPolicy:
         self.interface = interface
         self.norm = norm
         self.value_head = value_head
+        self.share_prompt = share_prompt
         self.autocast = autocast
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
@@ -204,12 +212,28 @@ class ScoringPolicy:
         All on the model's device; scores and the log-softmax are float32.
         """
         rows = [(b, k) for b, comps in enumerate(completions) for k in range(len(comps))]
-        flat_prompts = [prompt_ids[b] for b, _ in rows]
         flat_completions = [completions[b][k] for b, k in rows]
-        token_logp, mask, hidden_rows = completion_logprobs(
-            self.model, flat_prompts, flat_completions, self.pad_id,
-            return_hidden=self.value_head is not None, autocast=self.autocast,
-        )  # fmt: skip
+        shared = None
+        if self.share_prompt:
+            shared = shared_prompt_logprobs(
+                self.model, prompt_ids, completions, self.pad_id,
+                return_hidden=self.value_head is not None, autocast=self.autocast,
+            )  # fmt: skip
+        if shared is not None:
+            token_logp, mask, prompt_hidden = shared
+            processed = sum(map(len, prompt_ids)) + sum(map(len, flat_completions))
+        else:  # one sequence per row: the prompt again for every action
+            flat_prompts = [prompt_ids[b] for b, _ in rows]
+            token_logp, mask, hidden_rows = completion_logprobs(
+                self.model, flat_prompts, flat_completions, self.pad_id,
+                return_hidden=self.value_head is not None, autocast=self.autocast,
+            )  # fmt: skip
+            prompt_hidden = None
+            if hidden_rows is not None:
+                counts = torch.tensor([len(c) for c in completions], device=hidden_rows.device)
+                # each decision's row k = 0: every row of a decision shares its prompt
+                prompt_hidden = hidden_rows[torch.cumsum(counts, 0) - counts]
+            processed = sum(len(p) + len(c) for p, c in zip(flat_prompts, flat_completions))
         device = token_logp.device
         total = token_logp.sum(-1)  # (N,) float32
         tokens = mask.sum(-1).to(total.dtype)
@@ -226,16 +250,12 @@ class ScoringPolicy:
             temperature = temperature.to(device)[:, None]  # (B, 1)
         logp_all = torch.log_softmax(logits / temperature, dim=-1)
 
-        if hidden_rows is None:
+        if prompt_hidden is None:
             hidden = torch.zeros(batch, self.model.config.hidden_size, device=device)
         else:
-            counts = torch.tensor([len(c) for c in completions], device=device)
-            first_row = torch.cumsum(counts, 0) - counts  # each decision's row k = 0
-            hidden = hidden_rows[first_row]  # (B, d): every row of a decision shares its prompt
+            hidden = prompt_hidden  # (B, d)
         self.budget.forward_passes += 1
-        self.budget.tokens_processed += sum(
-            len(p) + len(c) for p, c in zip(flat_prompts, flat_completions)
-        )
+        self.budget.tokens_processed += processed
         return logp_all, torch.ones(batch, device=device), hidden
 
     def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:

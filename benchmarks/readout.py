@@ -16,9 +16,10 @@ load on a shared machine hits them alike:
   prefix KV sharing; logits kept only for the command positions). Goal (b):
   >= 0.8*K times slower than the readout.
 * ``twosome_kv`` -- the same scores with the prompt's KV cache computed once
-  per decision and shared by its K commands (an optimisation TWOSOME-style
-  scoring can use; no goal, shown so that the (b) ratio is not read as the
-  cost of action scoring at its best).
+  per decision and shared by its K commands
+  (:func:`baselines.engine.shared_prompt_logprobs`, what the scoring plane runs
+  by default; no goal, shown so that the (b) ratio is not read as the cost of
+  action scoring at its best).
 * ``generate`` -- ``model.generate`` on the ``Command:`` prompt, greedy, up to
   ``--max-new-tokens`` tokens, stopping at any token that contains a newline.
   Goal (c): >= 3x slower than the readout. A random or fresh model seldom
@@ -59,6 +60,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from baselines.engine import shared_prompt_logprobs
 from rlid.models import build_model_from_config, load_policy_model, model_config
 from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
 from rlid.tokenizer import build_tiny_tokenizer
@@ -170,17 +172,6 @@ def make_methods(
     n_max = int(action_len.max())
     action_tokens = scored_ids[:, -n_max:]  # (B*K, n)
     in_action = torch.arange(n_max) >= n_max - action_len[:, None]  # (B*K, n)
-    command_pos = position_ids_for(command_mask)  # (B, T')
-    # shared prefix: commands right-padded after the cached prompt
-    continuation = torch.full((batch * k, n_max), pad_id, dtype=torch.long)  # (B*K, n)
-    continuation_mask = torch.zeros((batch * k, n_max), dtype=torch.long)  # (B*K, n)
-    for i, action in enumerate(a for acts in decisions.action_ids for a in acts):
-        continuation[i, : len(action)] = torch.tensor(action)
-        continuation_mask[i, : len(action)] = 1
-    continuation_full_mask = torch.cat(
-        [command_mask.repeat_interleave(k, 0), continuation_mask], 1
-    )  # (B*K, T' + n)
-    continuation_pos = command_mask.sum(-1).repeat_interleave(k)[:, None] + torch.arange(n_max)
     stats = CallStats(
         answer_tokens=float(answer_mask.sum(-1).float().mean()),
         scored_tokens=int(scored_mask.sum()),
@@ -212,28 +203,11 @@ def make_methods(
         return torch.log_softmax(seq_logp, -1)
 
     def twosome_kv() -> object:
-        prefix = model(
-            input_ids=command_ids,
-            attention_mask=command_mask,
-            position_ids=command_pos,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = prefix.cache
-        cache.batch_repeat_interleave(k)
-        logits = model(
-            input_ids=continuation,
-            attention_mask=continuation_full_mask,
-            position_ids=continuation_pos,
-            cache=cache,
-            use_cache=True,
-        ).logits  # (B*K, n, V)
-        # the prompt's last position predicts each command's first token
-        logits = torch.cat([prefix.logits.repeat_interleave(k, 0), logits[:, :-1]], 1)
-        token_logp = torch.log_softmax(logits.float(), -1)
-        token_logp = token_logp.gather(-1, continuation[..., None]).squeeze(-1)  # (B*K, n)
-        seq_logp = (token_logp * continuation_mask).sum(-1).view(batch, k)  # (B, K)
-        return torch.log_softmax(seq_logp, -1)
+        # the scoring plane's default path (ScoringPolicy(share_prompt=True))
+        shared = shared_prompt_logprobs(model, decisions.command_ids, decisions.action_ids, pad_id)
+        assert shared is not None, "the model returned no KV cache"
+        token_logp, _, _ = shared  # (B*K, n), 0 past each command's end
+        return torch.log_softmax(token_logp.sum(-1).view(batch, k), -1)
 
     def generate() -> object:
         out = model.generate(
@@ -313,6 +287,8 @@ def run(args: argparse.Namespace) -> None:
     peaks: dict[tuple[int, str], int] = {}
     with torch.inference_mode():
         for k, (methods, _) in setups.items():  # untimed pass: warm-up + memory
+            gap = (methods["twosome"]() - methods["twosome_kv"]()).abs().max()  # type: ignore[operator]
+            print(f"K={k}: |twosome - twosome_kv| = {float(gap):.1e} (one distribution)")
             for name in METHODS:
                 peaks[k, name] = peak_tensor_bytes(methods[name])
         for _ in range(args.reps):

@@ -77,9 +77,72 @@ def test_policy_matches_unbatched_reference(tiny, norm):
         assert d.logp == pytest.approx(reference[d.chosen], abs=1e-5)
     assert torch.equal(label_mass, torch.ones(2))
     assert hidden.shape == (2, model.config.hidden_size)
-    sequences = sum(len(i["legal_actions"]) for i in infos)
     assert budget.decisions == 2 and budget.forward_passes == 2  # act + score
-    assert budget.tokens_processed > sequences * 10  # every action's sequence is counted
+    # each prompt is run once, each action's completion once (act and score: twice)
+    positions = sum(len(d.prompt_ids) + sum(map(len, d.extra["completion_ids"])) for d in decisions)
+    assert budget.tokens_processed == 2 * positions
+
+
+def test_a_shared_prompt_gives_the_numbers_and_gradients_of_one_sequence_per_action(tiny):
+    """The prompt's KV cache shared by its K completions = K full sequences: the
+    policy, the value head's state and every parameter's gradient, at T != 1 too."""
+    model, tokenizer = tiny
+    head = ValueHead(model.config.hidden_size)
+    observations, infos = _states()
+    results = {}
+    for share in (True, False):
+        budget = Budget()
+        policy = ScoringPolicy(
+            model, tokenizer, INTERFACE, value_head=head, share_prompt=share, budget=budget
+        )
+        decisions = policy.act(
+            observations, infos, [None, None], temperature=1.7,
+            rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+        model.zero_grad(set_to_none=True)
+        logp_all, _, hidden = policy.score(decisions)
+        loss = logp_all[0, decisions[0].chosen] + 0.5 * logp_all[1, 1] + hidden.square().mean()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[share] = (decisions, logp_all.detach(), hidden.detach(), grads, budget)
+    shared, full = results[True], results[False]
+    assert [d.chosen for d in shared[0]] == [d.chosen for d in full[0]]
+    for a, b in zip(shared[0], full[0]):
+        assert a.logp == pytest.approx(b.logp, abs=1e-5)
+    torch.testing.assert_close(shared[1], full[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared[2], full[2], atol=1e-5, rtol=1e-5)
+    assert shared[3].keys() == full[3].keys() and len(full[3]) == len(list(model.parameters()))
+    for name, grad in full[3].items():
+        torch.testing.assert_close(shared[3][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    # the full path runs every prompt K times: what the budget counts
+    rows = sum(len(i["legal_actions"]) for i in infos)
+    assert full[4].tokens_processed > shared[4].tokens_processed + (rows - 2) * 10
+    model.zero_grad(set_to_none=True)
+
+
+def test_without_a_cache_the_shared_prompt_falls_back_to_full_sequences(tiny):
+    """Gradient checkpointing in train mode drops the KV cache: one sequence per action."""
+    from baselines.engine import shared_prompt_logprobs
+    from rlid.hardware import enable_gradient_checkpointing
+
+    _, tokenizer = tiny
+    model, _ = load_policy_model("tiny", warm=False)
+    enable_gradient_checkpointing(model)
+    model.train()
+    assert shared_prompt_logprobs(model, [[5, 6, 7]], [[[8, 9]]], tokenizer.pad_token_id) is None
+    observations, infos = _states()
+    policy = ScoringPolicy(model, tokenizer, INTERFACE)
+    decisions = policy.act(
+        observations, infos, [None, None],
+        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    logp_all, _, _ = policy.score(decisions)  # the full path, with gradients
+    logp_all[0, 0].backward()
+    model.eval()
+    for b, (obs, info) in enumerate(zip(observations, infos)):
+        k = len(info["legal_actions"])
+        reference = _reference_logp(model, tokenizer, obs, info, "token")
+        np.testing.assert_allclose(logp_all[b, :k].detach().numpy(), reference, atol=1e-5)
 
 
 def test_value_head_reads_the_last_prompt_token(tiny):

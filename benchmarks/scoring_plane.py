@@ -1,0 +1,126 @@
+"""Benchmark: the scoring plane with a shared prompt KV cache vs one sequence per action.
+
+Real decisions of one env (states reached by random play on its training games,
+the suite's token-plane prompt, every legal action scored): the same
+:class:`baselines.scoring.ScoringPolicy` with ``share_prompt=True`` (the default:
+each prompt run once, its K completions on its KV cache) and ``share_prompt=False``
+(K sequences of prompt + completion), interleaved per repetition so that load on a
+shared machine hits both alike. Two calls are timed, each over ``--batch``
+decisions at once, as PPO runs them:
+
+* ``act``   -- sampling one decision per state (no gradients);
+* ``update`` -- re-scoring the stored decisions with gradients, plus backward.
+
+Before timing it checks that both paths give one distribution (max |Δ log π|).
+Times are minima over ``--reps``.
+
+    python benchmarks/scoring_plane.py --env "tw-cooking[recipe=1,take=1,go=1]" --states 8
+    python benchmarks/scoring_plane.py --env "keydoor[size=5,keys=2]" --model tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs
+from baselines.scoring import ScoringPolicy
+from rlid.config import TrainConfig
+from rlid.models import load_policy_model
+from rlid.pretrain import parse_env_entry
+
+
+def collect_states(env_entry: str, count: int, seed: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """``count`` states met by uniformly random play (a new episode every few steps)."""
+    env_id, options = parse_env_entry(env_entry)
+    env = envs.make(env_id, **options)
+    rng = np.random.default_rng(seed)
+    observations: list[str] = []
+    infos: list[dict[str, Any]] = []
+    episode = 0
+    while len(observations) < count:
+        obs, info = env.reset(seed=seed + episode)
+        episode += 1
+        for _ in range(int(rng.integers(0, 6))):  # a few random steps into the game
+            legal = info["legal_actions"]
+            obs, _, terminated, truncated, info = env.step(legal[int(rng.integers(len(legal)))])
+            if terminated or truncated:
+                break
+        else:
+            observations.append(obs)
+            infos.append(info)
+    env.close()
+    return observations, infos
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="tw-cooking[recipe=1,take=1,go=1]",
+                        help="ENV[k=v,...] whose states are scored")  # fmt: skip
+    parser.add_argument("--model", default="tiny", help="'tiny' (warm) or a model directory")
+    parser.add_argument("--states", type=int, default=8, help="decisions per call (batch)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+    model, tokenizer = load_policy_model(args.model)
+    interface = TrainConfig().interface
+    observations, infos = collect_states(args.env, args.states, args.seed)
+    menus = [len(i["legal_actions"]) for i in infos]
+    policies = {
+        share: ScoringPolicy(model, tokenizer, interface, share_prompt=share)
+        for share in (True, False)
+    }
+
+    def act(policy: ScoringPolicy) -> list[Any]:
+        with torch.no_grad():
+            return policy.act(
+                observations, infos, [None] * len(infos),
+                rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+            )  # fmt: skip
+
+    decisions = act(policies[False])
+    prompt_tokens = [len(d.prompt_ids) for d in decisions]
+    print(
+        f"env={args.env} model={args.model} states={len(infos)} threads={args.threads} "
+        f"menu sizes K={menus} (mean {statistics.mean(menus):.1f}) "
+        f"prompt tokens {min(prompt_tokens)}-{max(prompt_tokens)}"
+    )
+    with torch.no_grad():
+        gap = (policies[True].score(decisions)[0] - policies[False].score(decisions)[0]).abs()
+    finite = torch.isfinite(gap)
+    print(f"max |log pi shared - log pi full| = {float(gap[finite].max()):.1e}")
+
+    def update(policy: ScoringPolicy) -> None:
+        model.zero_grad(set_to_none=True)
+        logp_all, _, _ = policy.score(decisions)
+        chosen = torch.tensor([d.chosen for d in decisions])
+        logp_all.gather(1, chosen[:, None]).sum().backward()
+
+    times: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(args.reps):
+        for share in (True, False):
+            for name, call in (("act", act), ("update", update)):
+                start = time.perf_counter()
+                call(policies[share])
+                times.setdefault((name, share), []).append(time.perf_counter() - start)
+    print(f"\n{'call':>7} {'shared s':>9} {'full s':>9} {'full/shared':>12}")
+    for name in ("act", "update"):
+        shared, full = min(times[name, True]), min(times[name, False])
+        print(f"{name:>7} {shared:>9.3f} {full:>9.3f} {full / shared:>12.1f}")
+    per_decision = min(times["act", True]) / len(infos)
+    print(f"act: {per_decision:.3f} s per decision shared, "
+          f"{min(times['act', False]) / len(infos):.3f} s full")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
