@@ -48,7 +48,14 @@ from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
-from rlid.policy import Decision, ValueHead, decision_temperatures, fit_to_context, sample_rows
+from rlid.policy import (
+    Decision,
+    ValueHead,
+    chunks,
+    decision_temperatures,
+    fit_to_context,
+    sample_rows,
+)
 from rlid.protocols import CausalLM
 from rlid.readout import context_limit
 
@@ -78,6 +85,8 @@ class ScoringPolicy:
             (``render_token_prompt``).
         norm: ``"sum"``, ``"token"`` or ``"word"`` (see the module docstring).
         value_head: optional V(s) on the hidden state of the prompt's last token.
+        micro_batch_size: most decisions (with all their actions) per rollout forward
+            (None: all at once); the update is chunked by the trainer.
         share_prompt: run each prompt once and its K completions on its KV cache
             (:func:`baselines.engine.shared_prompt_logprobs`; the same numbers up to
             float rounding); False runs one prompt + completion sequence per action.
@@ -97,7 +106,6 @@ class ScoringPolicy:
         micro_batch_size: int | None = None,
         share_prompt: bool = True,
     ) -> None:
-        del micro_batch_size  # one forward scores all K rows of the batch (not chunked yet)
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; valid: {', '.join(map(repr, NORMS))}")
         self.model = model
@@ -106,6 +114,7 @@ class ScoringPolicy:
         self.norm = norm
         self.value_head = value_head
         self.share_prompt = share_prompt
+        self.micro_batch_size = micro_batch_size  # most decisions per rollout forward
         self.autocast = autocast
         self.budget = budget if budget is not None else Budget()
         self.timers = timers if timers is not None else Timers()
@@ -164,9 +173,18 @@ class ScoringPolicy:
                 for legal, info, memory in zip(actions, infos, memory_texts)
             ]
         with self.timers.time("forward"), torch.no_grad():
-            logp, _, hidden = self.score_ids(
-                prompt_ids, completions, actions, temperature=temperature
-            )
+            parts = [
+                self.score_ids(
+                    prompt_ids[part], completions[part], actions[part], temperature=temperature
+                )
+                for part in chunks(len(prompt_ids), self.micro_batch_size)
+            ]
+            width = max(p[0].shape[1] for p in parts)
+            logp = torch.cat(
+                [torch.nn.functional.pad(p[0], (0, width - p[0].shape[1]), value=-torch.inf)
+                 for p in parts]
+            )  # fmt: skip  # (B, K_max)
+            hidden = torch.cat([p[2] for p in parts])  # (B, d)
             chosen = sample_rows(logp, generator=generator, greedy=greedy)
             values = (
                 self.value_head(hidden) if self.value_head is not None else torch.zeros(len(infos))

@@ -120,6 +120,28 @@ def test_a_shared_prompt_gives_the_numbers_and_gradients_of_one_sequence_per_act
     model.zero_grad(set_to_none=True)
 
 
+def test_a_micro_batched_rollout_equals_one_forward(tiny):
+    """micro_batch_size chunks the rollout's decisions: the same samples and log-probs."""
+    model, tokenizer = tiny
+    observations, infos = _states()
+    observations, infos = observations * 2, infos * 2  # 4 decisions, menus of two sizes
+    runs = {}
+    for size in (None, 1, 3):
+        budget = Budget()
+        policy = ScoringPolicy(model, tokenizer, INTERFACE, micro_batch_size=size, budget=budget)
+        decisions = policy.act(
+            observations, infos, [None] * 4,
+            rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+        runs[size] = ([(d.chosen, d.logp) for d in decisions], budget.forward_passes)
+    for size, forwards in ((None, 1), (1, 4), (3, 2)):
+        assert runs[size][1] == forwards
+        assert [c for c, _ in runs[size][0]] == [c for c, _ in runs[None][0]]
+        np.testing.assert_allclose(
+            [lp for _, lp in runs[size][0]], [lp for _, lp in runs[None][0]], atol=1e-5
+        )
+
+
 def test_without_a_cache_the_shared_prompt_falls_back_to_full_sequences(tiny):
     """Gradient checkpointing in train mode drops the KV cache: one sequence per action."""
     from baselines.engine import shared_prompt_logprobs
