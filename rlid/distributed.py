@@ -46,6 +46,7 @@ collectives are the wrapper's (:func:`wrapper_collectives`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -363,10 +364,17 @@ class DDPModel(torch.nn.Module):
         self.ddp = ddp
         self.config = ddp.module.config
 
+        # inspect.signature(self.forward) is the inner model's (callers look up, e.g.,
+        # what the model calls its KV cache argument)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return ddp(*args, **kwargs)
+
+        self.forward = functools.wraps(ddp.module.forward)(forward)  # type: ignore[method-assign]
+
     def get_output_embeddings(self) -> torch.nn.Module:
         return self.ddp.module.get_output_embeddings()
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # replaced per instance
         return self.ddp(*args, **kwargs)
 
 

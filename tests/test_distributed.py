@@ -230,6 +230,16 @@ def test_two_processes_train_like_one_token_plane_dapo(tmp_path, cache, commandi
         assert same == {k: a["budget"][k] for k in same}
 
 
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_train_like_one_scoring_plane(tmp_path, cache, parallel):
+    # the scoring plane runs each prompt once and its actions on the prompt's KV cache:
+    # two forwards of the wrapped model before each backward
+    cfg = config(plane="scoring", norm="token", parallel=parallel)
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+
+
 def test_two_processes_train_like_one_fsdp_with_value_head(tmp_path, cache):
     # FSDP2: sharded update (SUM reduce-scatters), gathered rollouts and evaluation, a
     # full checkpoint gathered on rank 0; the value head (advantage="gae") is reduced
