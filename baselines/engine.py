@@ -222,7 +222,7 @@ def shared_prompt_logprobs(
         targets[n, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
     targets = targets.to(device)  # (N, C)
     mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, C)
-    logp = first[owner].gather(-1, targets[:, :1])  # (N, 1)
+    logp = first[owner, targets[:, 0]][:, None]  # (N, 1), without an (N, V) copy
     if width > 1:
         # token j > 0 is predicted at token j - 1: feed all but the last column
         cache.batch_select_indices(owner)
@@ -238,8 +238,9 @@ def shared_prompt_logprobs(
                 use_cache=True,
                 **{cache_kw: cache},
             )
-        later = torch.log_softmax(rest.logits.float(), dim=-1)  # (N, C - 1, V)
-        logp = torch.cat([logp, later.gather(-1, targets[:, 1:, None]).squeeze(-1)], dim=1)
+        logits = rest.logits.float()  # (N, C - 1, V)
+        later = logits.gather(-1, targets[:, 1:, None]).squeeze(-1) - logits.logsumexp(-1)
+        logp = torch.cat([logp, later], dim=1)
     return torch.where(mask, logp, 0.0), mask, hidden
 
 
