@@ -54,6 +54,7 @@ from rlid.policy import (
     chunks,
     decision_temperatures,
     fit_to_context,
+    join_chunks,
     sample_rows,
 )
 from rlid.protocols import CausalLM
@@ -173,18 +174,14 @@ class ScoringPolicy:
                 for legal, info, memory in zip(actions, infos, memory_texts)
             ]
         with self.timers.time("forward"), torch.no_grad():
-            parts = [
-                self.score_ids(
-                    prompt_ids[part], completions[part], actions[part], temperature=temperature
-                )
-                for part in chunks(len(prompt_ids), self.micro_batch_size)
-            ]
-            width = max(p[0].shape[1] for p in parts)
-            logp = torch.cat(
-                [torch.nn.functional.pad(p[0], (0, width - p[0].shape[1]), value=-torch.inf)
-                 for p in parts]
-            )  # fmt: skip  # (B, K_max)
-            hidden = torch.cat([p[2] for p in parts])  # (B, d)
+            logp, _, hidden = join_chunks(
+                [
+                    self.score_ids(
+                        prompt_ids[part], completions[part], actions[part], temperature=temperature
+                    )
+                    for part in chunks(len(prompt_ids), self.micro_batch_size)
+                ]
+            )
             chosen = sample_rows(logp, generator=generator, greedy=greedy)
             values = (
                 self.value_head(hidden) if self.value_head is not None else torch.zeros(len(infos))

@@ -138,6 +138,20 @@ def chunks(count: int, size: int | None) -> list[slice]:
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
+Scores = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def join_chunks(parts: list[Scores]) -> Scores:
+    """Concatenate per-chunk ``(logp_all (b, K_b), label_mass (b,), hidden (b, d))``
+    along the batch, padding each chunk's rows to the widest menu with -inf."""
+    width = max(p[0].shape[1] for p in parts)
+    logp = torch.cat(
+        [torch.nn.functional.pad(p[0], (0, width - p[0].shape[1]), value=-torch.inf)
+         for p in parts]
+    )  # fmt: skip  # (B, K_max)
+    return logp, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+
+
 class DecisionPolicy:
     """Menu + single-forward label readout policy over a batch of envs.
 
@@ -233,17 +247,12 @@ class DecisionPolicy:
             ]
             label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
         with self.timers.time("forward"), torch.no_grad():
-            parts = [
-                self.score_ids(prompt_ids[part], label_ids[part], temperature=temperature)
-                for part in chunks(len(prompt_ids), self.micro_batch_size)
-            ]
-            width = max(p[0].shape[1] for p in parts)
-            logp = torch.cat(
-                [torch.nn.functional.pad(p[0], (0, width - p[0].shape[1]), value=-torch.inf)
-                 for p in parts]
-            )  # fmt: skip  # (B, K_max)
-            label_mass = torch.cat([p[1] for p in parts])  # (B,)
-            hidden = torch.cat([p[2] for p in parts])  # (B, d)
+            logp, label_mass, hidden = join_chunks(
+                [
+                    self.score_ids(prompt_ids[part], label_ids[part], temperature=temperature)
+                    for part in chunks(len(prompt_ids), self.micro_batch_size)
+                ]
+            )
             chosen = sample_rows(logp, generator=generator, greedy=greedy)
             values = (
                 self.value_head(hidden) if self.value_head is not None else torch.zeros(len(menus))
