@@ -269,7 +269,8 @@ class ScoringPolicy:
             hidden = torch.zeros(batch, self.model.config.hidden_size, device=device)
         else:
             hidden = prompt_hidden  # (B, d)
-        self.budget.forward_passes += 1
+        # model calls: the shared path runs the prompts, then the completions on their cache
+        self.budget.forward_passes += 1 if shared is None else 2
         self.budget.tokens_processed += processed
         return logp_all, torch.ones(batch, device=device), hidden
 

@@ -77,7 +77,8 @@ def test_policy_matches_unbatched_reference(tiny, norm):
         assert d.logp == pytest.approx(reference[d.chosen], abs=1e-5)
     assert torch.equal(label_mass, torch.ones(2))
     assert hidden.shape == (2, model.config.hidden_size)
-    assert budget.decisions == 2 and budget.forward_passes == 2  # act + score
+    # act + score, each a prompt forward and a completions forward on its cache
+    assert budget.decisions == 2 and budget.forward_passes == 4
     # each prompt is run once, each action's completion once (act and score: twice)
     positions = sum(len(d.prompt_ids) + sum(map(len, d.extra["completion_ids"])) for d in decisions)
     assert budget.tokens_processed == 2 * positions
@@ -117,6 +118,7 @@ def test_a_shared_prompt_gives_the_numbers_and_gradients_of_one_sequence_per_act
     # the full path runs every prompt K times: what the budget counts
     rows = sum(len(i["legal_actions"]) for i in infos)
     assert full[4].tokens_processed > shared[4].tokens_processed + (rows - 2) * 10
+    assert (shared[4].forward_passes, full[4].forward_passes) == (4, 2)  # model calls
     model.zero_grad(set_to_none=True)
 
 
@@ -134,7 +136,7 @@ def test_a_micro_batched_rollout_equals_one_forward(tiny):
             rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
         )  # fmt: skip
         runs[size] = ([(d.chosen, d.logp) for d in decisions], budget.forward_passes)
-    for size, forwards in ((None, 1), (1, 4), (3, 2)):
+    for size, forwards in ((None, 2), (1, 8), (3, 4)):  # two model calls per chunk
         assert runs[size][1] == forwards
         assert [c for c, _ in runs[size][0]] == [c for c, _ in runs[None][0]]
         np.testing.assert_allclose(
