@@ -28,6 +28,7 @@ from rlid.names import (
     AdvantageKind,
     AdvantageScale,
     EngineName,
+    EpisodeWeight,
     Mismatch,
     MixedPrecision,
     ParallelName,
@@ -145,6 +146,14 @@ class TrainConfig:
     adv_scale: AdvantageScale = _f("std", "group advantages divided by the group std (std) or not")
     gamma: float = _f(
         0.99, "discount: GAE, and the return sum_t gamma^t r_t of group advantages (both planes)"
+    )
+    episode_weight: EpisodeWeight = _f(
+        "length",
+        "group advantages on the decision and scoring planes: 'length' weighs every decision "
+        "alike, so an episode counts as often as it has steps (failures that run to the step "
+        "limit outweigh short wins); 'equal' scales each decision's advantage by its group's "
+        "mean length over its episode's length, so every episode of a group weighs the same "
+        "and a group's advantages sum to zero over its decisions",
     )
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
@@ -267,6 +276,12 @@ class TrainConfig:
             raise ValueError(
                 f"position_coef is for the decision plane (label readout over menu positions); "
                 f"the {self.plane} plane has no label positions to prefer"
+            )
+        if self.episode_weight != "length" and (self.plane == "token" or self.advantage != "group"):
+            raise ValueError(
+                f"episode_weight={self.episode_weight!r} weighs group advantages on the decision "
+                "and scoring planes; it needs --advantage group there (the token plane "
+                "normalises by its --algo)"
             )
         if self.plane == "token" and self.advantage == "gae":
             raise ValueError("the token plane is critic-free: use --advantage group")

@@ -188,6 +188,21 @@ def gathered_episode_stats(
     return episode_stats([item[1] for item in everyone]), [item[2] for item in everyone]
 
 
+def equal_episode_weights(lengths: list[int], group_ids: torch.Tensor) -> torch.Tensor:
+    """(E,) factors mean_g(T) / T_i that give every episode of a group the same weight.
+
+    With every decision of episode i carrying A_i * mean_g(T) / T_i, the episode's
+    decisions together weigh A_i * mean_g(T): a group's advantages sum to zero over its
+    decisions, and the group's total weight (sum of T_i) is unchanged. Groups never
+    span processes, so N processes compute what one does.
+    """
+    length = torch.tensor(lengths, dtype=torch.float32).clamp(min=1)
+    group = torch.unique(group_ids, return_inverse=True)[1]
+    sums = torch.zeros(int(group.max()) + 1).index_add_(0, group, length)
+    counts = torch.zeros_like(sums).index_add_(0, group, torch.ones_like(length))
+    return (sums / counts)[group] / length
+
+
 def compute_advantages(
     episodes: list[Episode], config: TrainConfig
 ) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
@@ -199,6 +214,8 @@ def compute_advantages(
         )
         group_ids = torch.tensor([e.group for e in episodes])
         adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
+        if config.episode_weight == "equal":  # adv_i * mean_g(T) / T_i: one weight per episode
+            adv_ep = adv_ep * equal_episode_weights([e.length for e in episodes], group_ids)
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
         returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
         return decisions, adv, returns_per_step

@@ -222,3 +222,55 @@ def test_group_advantages_compare_discounted_returns_in_both_planes():
     # gamma = 1: equal successes, no preference
     _, adv, _ = compute_advantages(episodes, TrainConfig(gamma=1.0, group_size=2))
     torch.testing.assert_close(adv, torch.zeros(4))
+
+
+def test_equal_episode_weights_give_each_episode_of_a_group_one_weight():
+    """episode_weight='equal': A_i * mean_g(T) / T_i on each decision, so a group's
+    decisions sum to zero; 'length' lets a long failure outweigh a short win."""
+    from rlid.config import TrainConfig
+    from rlid.rollout import Episode
+    from rlid.trainer import compute_advantages, equal_episode_weights
+
+    def episode(group, steps, won):
+        e = Episode(group=group, reset_seed=group, decisions=[SimpleNamespace(valid=True)] * steps)
+        e.rewards = [0.0] * (steps - 1) + [1.0 if won else 0.0]
+        return e
+
+    # group 0: a win in 2 steps, a failure in 6 (returns 1, 0: advantages +0.5, -0.5);
+    # group 1: two failures of 3 and 5 steps (equal returns: advantage 0)
+    episodes = [
+        episode(0, 2, True),
+        episode(0, 6, False),
+        episode(1, 3, False),
+        episode(1, 5, False),
+    ]
+    torch.testing.assert_close(
+        equal_episode_weights([2, 6, 3, 5], torch.tensor([0, 0, 1, 1])),
+        torch.tensor([2.0, 2 / 3, 4 / 3, 4 / 5]),  # group means 4 and 4
+    )
+    common = dict(gamma=1.0, group_size=2, adv_scale="none")
+    _, by_length, _ = compute_advantages(episodes, TrainConfig(**common))
+    _, equal, targets = compute_advantages(episodes, TrainConfig(**common, episode_weight="equal"))
+    torch.testing.assert_close(by_length, torch.tensor([0.5] * 2 + [-0.5] * 6 + [0.0] * 8))
+    torch.testing.assert_close(equal, torch.tensor([1.0] * 2 + [-1 / 3] * 6 + [0.0] * 8))
+    assert float(by_length[:8].sum()) == pytest.approx(-2.0)  # the failure's 6 steps win
+    assert float(equal[:8].sum()) == pytest.approx(0.0, abs=1e-6)
+    assert float(equal.abs()[:8].sum()) == pytest.approx(4.0)  # the group's weight: 8 x 0.5
+    torch.testing.assert_close(targets, torch.tensor([1.0] * 2 + [0.0] * 14))
+    # the same episodes in another order, and with std scaling, keep the property
+    _, scaled = compute_advantages(
+        episodes[::-1], TrainConfig(gamma=1.0, group_size=2, episode_weight="equal")
+    )[:2]
+    assert float(scaled.sum()) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fields", [dict(plane="token"), dict(advantage="gae")], ids=["token-plane", "gae"]
+)
+def test_equal_episode_weights_are_refused_where_they_mean_nothing(fields):
+    from rlid.config import TrainConfig
+
+    with pytest.raises(ValueError, match="episode_weight='equal'"):
+        TrainConfig(episode_weight="equal", **fields)
+    with pytest.raises(ValueError, match="episode_weight"):
+        TrainConfig(episode_weight="both")
