@@ -356,6 +356,7 @@ _RECORDED_WHEN_CHANGED = (
     "env_workers",
     "keep_checkpoints",
     "checkpoint_minutes",
+    "episode_weight",
 )
 
 

@@ -542,3 +542,49 @@ def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path, capsys)
     resumed = load_policy_model(str(killed / "checkpoint" / "model"))[0].state_dict()
     for key, value in full.items():
         assert torch.equal(value, resumed[key]), key
+
+
+# ------------------------------------------------------- config files of earlier versions
+def _as_written_fingerprint(config_dict: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config_dict, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_a_run_that_recorded_a_field_now_left_out_at_its_default_still_resumes(
+    finished_run, tmp_path
+):
+    # a version that wrote episode_weight = "length" into config.json and fingerprinted that
+    run = copy_run(finished_run, tmp_path)
+    raw = json.loads((run / "config.json").read_text())
+    assert "episode_weight" not in raw["config"]  # left out at its default today
+    raw["config"]["episode_weight"] = "length"
+    raw["fingerprint"] = _as_written_fingerprint(raw["config"])
+    (run / "config.json").write_text(json.dumps(raw))
+    state_path = run / rundir.CHECKPOINT / "state.json"
+    state = json.loads(state_path.read_text())
+    state["fingerprint"] = raw["fingerprint"]
+    state_path.write_text(json.dumps(state))
+
+    from rlid.runs.log import read_run_config
+
+    config, _ = read_run_config(run)
+    assert config.episode_weight == "length"
+    trainer_mod.train(None, run, resume=True, progress=False)  # the checkpoint is accepted
+    # a hand edit is refused as before
+    raw["config"]["lr"] = 0.5
+    (run / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="different config"):
+        read_run_config(run)
+
+
+def test_run_configs_committed_as_results_still_read():
+    """Every run directory under docs/results was written by an earlier version; each
+    config.json must still parse and match its fingerprint (else compare cannot reuse it)."""
+    from rlid.runs.log import read_run_config
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "results"
+    paths = [p for p in sorted(root.rglob("config.json")) if "fingerprint" in p.read_text()]
+    assert len(paths) >= 20
+    for path in paths:
+        read_run_config(path.parent)

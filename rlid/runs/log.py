@@ -47,8 +47,22 @@ class NonFiniteError(ValueError):
 
 
 def config_fingerprint(config: TrainConfig) -> str:
-    text = json.dumps(rundir._jsonable(config.to_dict()), sort_keys=True)
+    return _fingerprint_of(config.to_dict())
+
+
+def _fingerprint_of(config_dict: dict[str, Any]) -> str:
+    text = json.dumps(rundir._jsonable(config_dict), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _written_fingerprints(config: TrainConfig, raw: dict[str, Any]) -> set[str]:
+    """Fingerprints a run's files may carry for ``config``: today's canonical one, and
+    that of config.json's ``config`` as it was written (a run written while a field
+    that is now left out at its default was still recorded keeps its own)."""
+    known = {config_fingerprint(config)}
+    if isinstance(raw.get("config"), dict):
+        known.add(_fingerprint_of(raw["config"]))
+    return known
 
 
 def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
@@ -65,7 +79,7 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
         config = TrainConfig.from_dict(raw["config"])
     except (KeyError, ValueError, TypeError) as err:
         raise ValueError(f"{cfg_path} is not a valid run config: {err}") from None
-    if raw.get("fingerprint") not in (None, config_fingerprint(config)):
+    if "fingerprint" in raw and raw["fingerprint"] not in _written_fingerprints(config, raw):
         raise ValueError(
             f"{cfg_path} holds a different config than the one this run was written with "
             "(its fingerprint does not match: edited by hand, or copied from another run); "
@@ -321,7 +335,7 @@ class RunLog:
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
         raw = rundir.read_json(self.path / "config.json")
-        known = {config_fingerprint(self.config)}
+        known = _written_fingerprints(self.config, raw)
         known |= {h.get("fingerprint") for h in raw.get("history", [])}
         if state.get("fingerprint") not in known:
             raise ValueError(
@@ -508,7 +522,7 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
         entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "changes": diff,
-            "fingerprint": config_fingerprint(config),
+            "fingerprint": raw.get("fingerprint") or config_fingerprint(config),
         }
         eval_path = path / "eval.json"
         if "steps" in diff and eval_path.exists():
