@@ -733,3 +733,24 @@ def test_eval_of_a_model_on_a_setting_is_that_comparisons_before_row(tmp_path, c
     assert "no arm of the token plane" in error(
         "--config", str(path), "--setting", "craft", "--plane", "token"
     )
+
+
+def test_heldout_plot_has_a_row_per_arm_the_before_marks_and_the_reference_lines(tmp_path):
+    from PIL import Image
+
+    from rlid.compare.curves import plot_heldout
+
+    def iv(mean):
+        return {"mean": mean, "low": mean - 0.05, "high": mean + 0.05, "level": 0.95, "n": 3}
+
+    def arm(after, before):
+        b = None if before is None else {"success": iv(before), "return": iv(before)}
+        return {"heldout": {"after": {"success": iv(after), "return": iv(after)}, "before": b}}
+
+    refs = {"random": {"heldout": {"success": iv(0.1), "return": iv(0.1)}}}
+    few = {"a": arm(0.5, 0.2), "b": arm(0.3, None)}
+    many = {f"an-arm-with-a-long-name-{i}": arm(0.1 * i, 0.1) for i in range(10)}
+    plot_heldout(few, "few", tmp_path / "few.png", refs)
+    plot_heldout(many, "many", tmp_path / "many.png", None)  # no references: no lines
+    with Image.open(tmp_path / "few.png") as f, Image.open(tmp_path / "many.png") as m:
+        assert m.size[0] == f.size[0] and m.size[1] > f.size[1]  # taller with more arms

@@ -168,15 +168,27 @@ def plot_currency(
     return save_figure(fig, path, dpi=100)
 
 
-def plot_heldout(table: dict[str, dict[str, Any]], title: str, path: Path) -> Path:
-    """Held-out success and return per arm: seed mean with the bootstrap interval."""
+def plot_heldout(
+    table: dict[str, dict[str, Any]],
+    title: str,
+    path: Path,
+    references: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Held-out success and return per arm: seed mean with the bootstrap interval.
+
+    Horizontal bars (one row per arm, so long arm names stay readable however many
+    arms there are), a black diamond at the arm's held-out value before training,
+    and the reference arms (``random`` floor, ``walkthrough`` ceiling) as vertical
+    lines where ``references`` has them.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.6))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(METRICS))
     arms = [a for a in table if table[a]["heldout"]["after"]["success"] is not None]
+    fig = Figure(figsize=(10, max(2.6, 1.4 + 0.38 * len(arms))))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(METRICS), sharey=True)
+    rows = list(range(len(arms)))[::-1]  # first arm on top
     for ax, metric in zip(axes, METRICS):
         iv = [table[a]["heldout"]["after"][metric] for a in arms]
         means = [v["mean"] for v in iv]
@@ -184,10 +196,22 @@ def plot_heldout(table: dict[str, dict[str, Any]], title: str, path: Path) -> Pa
             [m - v["low"] for m, v in zip(means, iv)],
             [v["high"] - m for m, v in zip(means, iv)],
         ]
-        ax.bar(arms, means, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(arms))])
-        ax.set_ylabel(f"held-out {metric}")
-        ax.tick_params(axis="x", labelrotation=15)
-        ax.grid(axis="y", alpha=0.3)
+        ax.barh(rows, means, xerr=err, capsize=3, color=[f"C{i}" for i in range(len(arms))])
+        before = [(table[a]["heldout"].get("before") or {}).get(metric) for a in arms]
+        marks = [(b["mean"], y) for b, y in zip(before, rows) if b is not None]
+        if marks:
+            ax.scatter([m for m, _ in marks], [y for _, y in marks], marker="D", s=18,
+                       color="black", zorder=3, label="before training")  # fmt: skip
+        for name, style in (("random", "--"), ("walkthrough", ":")):
+            ref = ((references or {}).get(name) or {}).get("heldout", {}).get(metric)
+            if ref is not None:
+                ax.axvline(ref["mean"], color="grey", linestyle=style, linewidth=1,
+                           label=f"{name} ({ref['mean']:.2f})")  # fmt: skip
+        ax.set_yticks(rows, arms)
+        ax.set_xlabel(f"held-out {metric}")
+        ax.grid(axis="x", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{title}: held-out after training, seed mean, 95% bootstrap interval")
     fig.tight_layout()
     return save_figure(fig, path, dpi=100)

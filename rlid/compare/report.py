@@ -209,7 +209,7 @@ def write_report(compare: CompareConfig, out: Path, *, ledger: dict[str, Any]) -
             plot_currency(entry, currency, env_name, path, budget=budget)
             plots[env_name][currency] = str(path.relative_to(out))
         path = out / "plots" / f"heldout-{env_name}.png"
-        plot_heldout(env["arms"], env_name, path)
+        plot_heldout(env["arms"], env_name, path, env.get("references"))
         plots[env_name]["heldout"] = str(path.relative_to(out))
     results["plots"] = plots
     rundir.write_json(out / "results.json", results)
