@@ -185,7 +185,8 @@ def plot_heldout(
     from matplotlib.figure import Figure
 
     arms = [a for a in table if table[a]["heldout"]["after"]["success"] is not None]
-    fig = Figure(figsize=(10, max(2.6, 1.4 + 0.38 * len(arms))))
+    height = max(2.6, 1.4 + 0.38 * len(arms))
+    fig = Figure(figsize=(10, height + 0.4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(METRICS), sharey=True)
     rows = list(range(len(arms)))[::-1]  # first arm on top
@@ -202,16 +203,17 @@ def plot_heldout(
         if marks:
             ax.scatter([m for m, _ in marks], [y for _, y in marks], marker="D", s=18,
                        color="black", zorder=3, label="before training")  # fmt: skip
-        for name, style in (("random", "--"), ("walkthrough", ":")):
-            ref = ((references or {}).get(name) or {}).get("heldout", {}).get(metric)
+        for name, style in (("random floor", "--"), ("walkthrough ceiling", ":")):
+            ref = ((references or {}).get(name.split()[0]) or {}).get("heldout", {}).get(metric)
             if ref is not None:
-                ax.axvline(ref["mean"], color="grey", linestyle=style, linewidth=1,
-                           label=f"{name} ({ref['mean']:.2f})")  # fmt: skip
+                ax.axvline(ref["mean"], color="grey", linestyle=style, linewidth=1, label=name)
         ax.set_yticks(rows, arms)
         ax.set_xlabel(f"held-out {metric}")
         ax.grid(axis="x", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # one legend under the plots, clear of the bars
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=8,
+                   frameon=False)  # fmt: skip
     fig.suptitle(f"{title}: held-out after training, seed mean, 95% bootstrap interval")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.4 / (height + 0.4) if handles else 0, 1, 1))
     return save_figure(fig, path, dpi=100)
