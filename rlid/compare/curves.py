@@ -168,6 +168,10 @@ def plot_currency(
     return save_figure(fig, path, dpi=100)
 
 
+# (reference arm, legend label, line style) drawn across the held-out plot
+_REFERENCE_LINES = (("random", "random floor", "--"), ("walkthrough", "walkthrough ceiling", ":"))
+
+
 def plot_heldout(
     table: dict[str, dict[str, Any]],
     title: str,
@@ -203,10 +207,10 @@ def plot_heldout(
         if marks:
             ax.scatter([m for m, _ in marks], [y for _, y in marks], marker="D", s=18,
                        color="black", zorder=3, label="before training")  # fmt: skip
-        for name, style in (("random floor", "--"), ("walkthrough ceiling", ":")):
-            ref = ((references or {}).get(name.split()[0]) or {}).get("heldout", {}).get(metric)
+        for key, label, style in _REFERENCE_LINES:
+            ref = ((references or {}).get(key) or {}).get("heldout", {}).get(metric)
             if ref is not None:
-                ax.axvline(ref["mean"], color="grey", linestyle=style, linewidth=1, label=name)
+                ax.axvline(ref["mean"], color="grey", linestyle=style, linewidth=1, label=label)
         ax.set_yticks(rows, arms)
         ax.set_xlabel(f"held-out {metric}")
         ax.grid(axis="x", alpha=0.3)

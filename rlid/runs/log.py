@@ -79,7 +79,7 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
         config = TrainConfig.from_dict(raw["config"])
     except (KeyError, ValueError, TypeError) as err:
         raise ValueError(f"{cfg_path} is not a valid run config: {err}") from None
-    if "fingerprint" in raw and raw["fingerprint"] not in _written_fingerprints(config, raw):
+    if raw.get("fingerprint") not in (None, *_written_fingerprints(config, raw)):
         raise ValueError(
             f"{cfg_path} holds a different config than the one this run was written with "
             "(its fingerprint does not match: edited by hand, or copied from another run); "
