@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rlid
 from rlid.cli import main as cli_main
 from rlid.compare import run as compare_mod
 from rlid.compare.config import CompareConfigError
@@ -236,6 +237,9 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     )
     report = (tmp_path / "report.md").read_text()
     assert report.index("## Interface differences") < report.index("## Held-out results")
+    # every run was trained by this process's code: one line, no warning
+    assert [g["runs"] for g in results["software"]] == [[r.name for r in compare.runs()]]
+    assert f"Trained by: rlid {rlid.__version__}" in report and "different versions" not in report
     assert "show_legal_to_token_plane" in report.split("## Arms")[0]
     assert "## Aggregates across seeds and envs (rliable-style)" in report
     poi = results["aggregates"]["success"]["probability_of_improvement"]
@@ -250,6 +254,26 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     assert refs["walkthrough"]["heldout"]["return"]["mean"] == 1.0  # 2 * keys + 1, keys = 0
     suite = report.split("## Held-out success: floor / before / after / ceiling")[1]
     assert "| keydoor | decision | " in suite and "| 1.00 [1.00, 1.00] |" in suite
+
+
+def test_the_report_warns_when_its_runs_were_trained_by_different_code():
+    from rlid.compare.report import software_groups
+    from rlid.compare.text import _software_section
+
+    runs = [
+        {"name": "a-seed0", "software": ["rlid 0.2.0 (commit 1111111)"]},
+        {"name": "a-seed1", "software": ["rlid 0.2.0 (commit 2222222)"]},
+        {"name": "b-seed0", "software": ["rlid 0.2.0 (commit 1111111)"]},
+        {"name": "b-seed1", "software": ["rlid 0.2.0 (commit 1111111)",
+                                         "rlid 0.2.0 (commit 2222222) (resumed after iteration 3)"]},
+    ]  # fmt: skip
+    groups = software_groups(runs)
+    assert [g["runs"] for g in groups] == [["a-seed0", "b-seed0"], ["b-seed1"], ["a-seed1"]]
+    text = "\n".join(_software_section(groups))
+    assert "trained by 3 different versions of the code" in text
+    assert "- rlid 0.2.0 (commit 2222222): 1 run(s): a-seed1" in text
+    one = "\n".join(_software_section(software_groups(runs[:1])))
+    assert one.startswith("Trained by: rlid 0.2.0 (commit 1111111) (every run).")
 
 
 def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch):

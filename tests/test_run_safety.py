@@ -588,3 +588,53 @@ def test_run_configs_committed_as_results_still_read():
     assert len(paths) >= 20
     for path in paths:
         read_run_config(path.parent)
+
+
+# --------------------------------------------------------------- which code trained a run
+def _git(root: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
+    from rlid.runs.software import git_state
+
+    assert git_state(tmp_path) is None  # not a checkout
+    _git(tmp_path, "init", "-q")
+    assert git_state(tmp_path) is None  # no commit yet
+    (tmp_path / "a.py").write_text("x = 1\n")
+    _git(tmp_path, "add", "a.py")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    head = _git(tmp_path, "rev-parse", "HEAD")
+    assert git_state(tmp_path) == {"commit": head, "uncommitted_changes": False}
+    (tmp_path / "new.py").write_text("")  # untracked files are not the code that runs
+    assert git_state(tmp_path) == {"commit": head, "uncommitted_changes": False}
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert git_state(tmp_path) == {"commit": head, "uncommitted_changes": True}
+
+
+def test_a_run_records_the_code_that_trained_it_and_each_resume_by_other_code(
+    finished_run, tmp_path, monkeypatch
+):
+    import rlid
+    from rlid.runs import log as log_mod
+    from rlid.runs.software import describe_software, software_record
+
+    run = copy_run(finished_run, tmp_path)
+    raw = json.loads((run / "config.json").read_text())
+    assert raw["software"] == software_record() and raw["software"]["rlid"] == rlid.__version__
+    assert raw["software"]["torch"] == torch.__version__
+    assert f"trained by {describe_software(software_record())}" in (run / "summary.md").read_text()
+    iteration = json.loads((run / rundir.CHECKPOINT / "state.json").read_text())["iteration"]
+
+    trainer_mod.train(None, run, resume=True, progress=False)  # the same code: nothing added
+    assert "resumed_with" not in json.loads((run / "config.json").read_text())
+    other = {**software_record(), "rlid": "9.9.9"}
+    monkeypatch.setattr(log_mod, "software_record", lambda: other)
+    trainer_mod.train(None, run, resume=True, progress=False)
+    trainer_mod.train(None, run, resume=True, progress=False)  # again by it: one entry
+    raw = json.loads((run / "config.json").read_text())
+    assert raw["software"] == software_record()  # the start is kept
+    assert raw["resumed_with"] == [{"after_iteration": iteration, "software": other}]
+    summary = (run / "summary.md").read_text()
+    assert "then rlid 9.9.9" in summary and f"(resumed after iteration {iteration})" in summary

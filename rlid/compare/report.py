@@ -19,6 +19,7 @@ from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.curves import curves_for, plot_currency, plot_heldout
 from rlid.compare.stats import bootstrap_mean
 from rlid.runs import dir as rundir
+from rlid.runs.summary import run_software
 
 HELDOUT_METRICS = ("success", "return", "normalized_score", "episode_length", "invalid_rate")
 BOOTSTRAP_SEED = 0
@@ -47,11 +48,20 @@ def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
         "seed": run.seed,
         "dir": str(Path("runs") / run.name),
         "model_origin": evals.get("model_origin"),
+        "software": run_software(run_dir),
         "iterations": len(rows),
         "final_budget": final,
         "heldout": heldout,
         "rows": rows,
     }
+
+
+def software_groups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs grouped by the code that trained them (one group when all agree)."""
+    groups: dict[str, list[str]] = {}
+    for run in runs:
+        groups.setdefault("; then ".join(run["software"]), []).append(run["name"])
+    return [{"software": k, "runs": v} for k, v in sorted(groups.items())]
 
 
 def _interval(values: list[float]) -> dict[str, float] | None:
@@ -188,6 +198,7 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
             for arm, diff in compare.interface_diffs().items()
         },
         "model_origins": sorted({str(r["model_origin"]) for r in runs}),
+        "software": software_groups(runs),
         "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
         "envs": envs,
     }

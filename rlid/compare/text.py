@@ -38,6 +38,21 @@ def _names(arms: list[str] | None) -> str:
     return " = ".join(arms) + (" (tie)" if len(arms) > 1 else "")
 
 
+def _software_section(groups: list[dict[str, Any]]) -> list[str]:
+    """Which code trained the runs; a warning when it was not the same for all."""
+    if len(groups) == 1:
+        return [f"Trained by: {groups[0]['software']} (every run).", ""]
+    if not groups:
+        return []
+    lines = [f"**The runs were trained by {len(groups)} different versions of the code** "
+             "(or libraries); compare them with care:", ""]  # fmt: skip
+    for group in groups:
+        names = group["runs"]
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        lines.append(f"- {group['software']}: {len(names)} run(s): {shown}")
+    return [*lines, ""]
+
+
 def format_report(results: dict[str, Any]) -> str:
     comp = results["comparison"]
     budget = comp["budget"]
@@ -52,6 +67,7 @@ def format_report(results: dict[str, Any]) -> str:
         f"Model origin: {', '.join(results['model_origins'])}.",
         "",
     ]
+    lines += _software_section(results.get("software") or [])
     lines += _interface_section(results)
     lines += _arms_section(comp)
     lines += _suite_section(results)

@@ -31,6 +31,7 @@ from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock
 from rlid.runs.pin import check_pin, model_pin
+from rlid.runs.software import software_record
 from rlid.runs.trackers import RunTrackers
 
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
@@ -217,17 +218,29 @@ class RunLog:
                     "config": self.config.to_dict(),
                     "fingerprint": config_fingerprint(self.config),
                     "start_model": model_pin(str(self.config.model)),
+                    "software": software_record(),
                     "history": [],
                 },
             )
         elif not self.resuming:
             # resumed before any checkpoint: iteration 1 again, so its rows go too, and
-            # the starting model is pinned as it is loaded now
+            # the starting model is pinned as it is loaded now (and the code that runs)
             self._lock.check()
             rundir.write_metrics(self.path, [])
             raw = rundir.read_json(self.path / "config.json")
             raw["start_model"] = model_pin(str(self.config.model))
+            raw["software"] = software_record()
             rundir.write_json(self.path / "config.json", raw)
+
+    def _record_resuming_software(self, raw: dict[str, Any], iteration: int) -> None:
+        """Append to config.json's ``resumed_with`` when other code resumes the run."""
+        now = software_record()
+        resumes = raw.get("resumed_with") or []
+        last = resumes[-1]["software"] if resumes else raw.get("software")
+        if last == now:
+            return
+        raw["resumed_with"] = [*resumes, {"after_iteration": iteration, "software": now}]
+        rundir.write_json(self.path / "config.json", raw)
 
     def close(self) -> None:
         """Release the directory's lock (``finish`` does this; also safe to call twice)."""
@@ -371,6 +384,7 @@ class RunLog:
         self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
         if self.writer:
             rundir.write_metrics(self.path, self.metrics)
+            self._record_resuming_software(raw, iteration)
         return iteration
 
     # ------------------------------------------------------------------ logging

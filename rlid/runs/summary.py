@@ -7,6 +7,7 @@ from typing import Any
 
 from rlid.runs import dir as rundir
 from rlid.runs.files import save_figure
+from rlid.runs.software import describe_software
 
 CURVE_PANELS = (
     ("return", "episode return"),
@@ -81,6 +82,24 @@ def describe_model_origin(model: str, origin: str | None) -> str:
     return f"`{model}`: {text}"
 
 
+def run_software(run_dir: Path) -> list[str]:
+    """The code that trained a run, as text: at its start, then at each resume by other
+    code (``config.json``'s ``software`` and ``resumed_with``)."""
+    path = Path(run_dir) / "config.json"
+    raw = rundir.read_json(path) if path.exists() else {}
+    found = [describe_software(raw.get("software"))]
+    for resume in raw.get("resumed_with") or []:
+        found.append(
+            f"{describe_software(resume.get('software'))} "
+            f"(resumed after iteration {resume.get('after_iteration')})"
+        )
+    return found
+
+
+def software_lines(run_dir: Path) -> list[str]:
+    return ["trained by " + "; then ".join(run_software(run_dir)), ""]
+
+
 def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
     """``summary.md``: setting, held-out before/after, last iteration, budget."""
     run_dir = Path(run_dir)
@@ -99,6 +118,7 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         f"mixed precision {getattr(config, 'mixed_precision', 'none')}"
     )
     lines.append("")
+    lines += software_lines(run_dir)
     lines.append("## Held-out evaluation")
     lines.append("")
     keys = ["success", "return", "normalized_score", "episode_length", "invalid_rate", "episodes"]
