@@ -624,6 +624,7 @@ def test_a_run_records_the_code_that_trained_it_and_each_resume_by_other_code(
     raw = json.loads((run / "config.json").read_text())
     assert raw["software"] == software_record() and raw["software"]["rlid"] == rlid.__version__
     assert raw["software"]["torch"] == torch.__version__
+    assert raw["software"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert f"trained by {describe_software(software_record())}" in (run / "summary.md").read_text()
     iteration = json.loads((run / rundir.CHECKPOINT / "state.json").read_text())["iteration"]
 

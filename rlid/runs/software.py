@@ -1,11 +1,15 @@
-"""Which code trained a run: rlid's version, its git commit, and the library versions.
+"""Which code trained a run: rlid's version, its git commit, the library versions, and
+the CPU's float path.
 
 A run records this in config.json when it starts (``"software"``) and again whenever
 it is resumed by different code (``"resumed_with"``), so a result can be traced to
 the commit that produced it, and a comparison report says when its runs were
 trained by different code. The git commit is read only from a source checkout
-(``pip install -e .``); an installed wheel records its version alone. Nothing here
-affects what a run computes: these fields are outside the config's fingerprint.
+(``pip install -e .``); an installed wheel records its version alone. The CPU model
+and torch's CPU kernel level (AVX2 / AVX512 ...) are recorded too: the same code and
+seed on another CPU takes other float roundings, and a run's sampled actions can
+part from there. Nothing here affects what a run computes: these fields are outside
+the config's fingerprint.
 """
 
 from __future__ import annotations
@@ -49,6 +53,18 @@ def git_state(root: Path) -> dict[str, Any] | None:
     }
 
 
+def cpu_name() -> str:
+    """The CPU model (``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -64,6 +80,10 @@ def software_record() -> dict[str, Any]:
     record["python"] = platform.python_version()
     for name in LIBRARIES:
         record[name] = _version(name)
+    import torch
+
+    record["cpu"] = cpu_name()
+    record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return record
 
 
@@ -79,4 +99,6 @@ def describe_software(record: dict[str, Any] | None) -> str:
         head += f" (commit {str(git.get('commit', '?'))[:7]}{extra})"
     parts = [head, f"python {record.get('python', '?')}"]
     parts += [f"{name} {record[name]}" for name in LIBRARIES if record.get(name)]
+    if record.get("cpu"):
+        parts.append(f"on {record['cpu']} ({record.get('cpu_capability', '?')} kernels)")
     return ", ".join(parts)
