@@ -45,7 +45,8 @@ def _software_section(groups: list[dict[str, Any]]) -> list[str]:
     if not groups:
         return []
     lines = [f"**The runs were trained by {len(groups)} different versions of the code** "
-             "(or libraries); compare them with care:", ""]  # fmt: skip
+             "(or libraries, or CPU float paths: the same seed then gives another run); "
+             "compare them with care:", ""]  # fmt: skip
     for group in groups:
         names = group["runs"]
         shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
