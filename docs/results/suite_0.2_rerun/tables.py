@@ -8,7 +8,9 @@
   re-runs differ (env steps or training success);
 * pooled: per setting, the mean and 95% percentile-bootstrap interval over seeds of
   each set, and over the six re-runs together (3 seeds x 2 float paths);
-* weighting: the default arm (runs/) against episode_weight = "equal" (equal/runs/).
+* weighting: the default arm (runs/) against episode_weight = "equal" (equal/runs/),
+  and both arms over both float paths where the AVX2 runs exist (avx2/runs/,
+  avx2/equal/runs/).
 """
 
 from __future__ import annotations
@@ -90,6 +92,21 @@ def main() -> None:
             continue
         seeds = ", ".join(f"{x:.2f}" for x in a) + " / " + ", ".join(f"{x:.2f}" for x in e)
         print(f"| {env} | {interval(a)} | {interval(e)} | {seeds} |")
+
+    print("\n## Episode weighting, both float paths (6 runs per arm)\n")
+    print("| setting | length: AVX512, AVX2 | equal: AVX512, AVX2 | length (6) | equal (6) |")
+    print("|---|---|---|---|---|")
+    for env in envs:
+        la = [after(HERE / "runs" / name.format(env=env, seed=s)) for s in SEEDS]
+        lb = [after(HERE / "avx2" / "runs" / name.format(env=env, seed=s)) for s in SEEDS]
+        eq = "decision-ppo-equal-{env}-seed{seed}"
+        ea = [after(HERE / "equal" / "runs" / eq.format(env=env, seed=s)) for s in SEEDS]
+        eb = [after(HERE / "avx2" / "equal" / "runs" / eq.format(env=env, seed=s)) for s in SEEDS]
+        if None in la + lb + ea + eb:
+            continue
+        fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+        print(f"| {env} | {fmt(la)}; {fmt(lb)} | {fmt(ea)}; {fmt(eb)} | {interval(la + lb)} "
+              f"| {interval(ea + eb)} |")
 
 
 if __name__ == "__main__":
