@@ -148,12 +148,15 @@ class TrainConfig:
         0.99, "discount: GAE, and the return sum_t gamma^t r_t of group advantages (both planes)"
     )
     episode_weight: EpisodeWeight = _f(
-        "length",
-        "group advantages on the decision and scoring planes: 'length' weighs every decision "
-        "alike, so an episode counts as often as it has steps (failures that run to the step "
-        "limit outweigh short wins); 'equal' scales each decision's advantage by its group's "
-        "mean length over its episode's length, so every episode of a group weighs the same "
-        "and a group's advantages sum to zero over its decisions",
+        "auto",
+        "group advantages on the decision and scoring planes: 'equal' scales each "
+        "decision's advantage by its group's mean length over its episode's length, so "
+        "every episode of a group weighs the same and a group's advantages sum to zero over "
+        "its decisions; 'length' weighs every decision alike, so an episode counts as often "
+        "as it has steps (failures that run to the step limit outweigh short wins; the "
+        "default before 0.3); 'auto': equal with --advantage group on those planes, length "
+        "elsewhere (GAE, and the token plane, which normalises by its --algo). Run records "
+        "hold the resolved value",
     )
     lam: float = _f(0.95, "GAE lambda")
     max_grad_norm: float = _f(1.0, "gradient-norm clip")
@@ -277,7 +280,7 @@ class TrainConfig:
                 f"position_coef is for the decision plane (label readout over menu positions); "
                 f"the {self.plane} plane has no label positions to prefer"
             )
-        if self.episode_weight != "length" and (self.plane == "token" or self.advantage != "group"):
+        if self.episode_weight == "equal" and (self.plane == "token" or self.advantage != "group"):
             raise ValueError(
                 f"episode_weight={self.episode_weight!r} weighs group advantages on the decision "
                 "and scoring planes; it needs --advantage group there (the token plane "
@@ -306,16 +309,27 @@ class TrainConfig:
     def episodes_per_iter(self) -> int:
         return self.groups_per_iter * self.group_size
 
+    @property
+    def resolved_episode_weight(self) -> str:
+        """``episode_weight`` with ``auto`` resolved: ``equal`` for group advantages on
+        the decision and scoring planes, ``length`` elsewhere."""
+        if self.episode_weight != "auto":
+            return self.episode_weight
+        menu_group = self.plane != "token" and self.advantage == "group"
+        return "equal" if menu_group else "length"
+
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["env_options"] = dict(self.env_options)
         out["interface"] = self.interface.to_dict()
+        out["episode_weight"] = self.resolved_episode_weight  # a record says what ran
         # Fields added after 0.1 are left out at their default, so configs (and checkpoint
         # fingerprints) written before they existed stay identical and resumable; the
         # hardware fields that change how, not what, is computed likewise (device, dtype
         # and mixed_precision are always recorded).
         for name in _RECORDED_WHEN_CHANGED:
-            if out[name] == self.__dataclass_fields__[name].default:
+            left_out = _LEFT_OUT_OF_RECORDS.get(name, self.__dataclass_fields__[name].default)
+            if out[name] == left_out:
                 del out[name]
         if "report_to" in out:
             out["report_to"] = list(self.report_to)
@@ -336,6 +350,13 @@ class TrainConfig:
         if "interface" in data and isinstance(data["interface"], dict):
             data["interface"] = Interface.from_dict(data["interface"])
         return cls(**data)
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> TrainConfig:
+        """The config of a record written by :meth:`to_dict` (a run's config.json, an
+        export): a field left out there holds the value it was left out at, which is not
+        always today's default (``from_dict`` is for configs a user writes)."""
+        return cls.from_dict({**_LEFT_OUT_OF_RECORDS, **dict(data)})
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -358,6 +379,10 @@ _RECORDED_WHEN_CHANGED = (
     "checkpoint_minutes",
     "episode_weight",
 )
+# Fields whose records leave them out at a value other than today's default: the value
+# an absent key means in every record (runs of 0.2 trained with episode_weight "length"
+# and left it out, then the default).
+_LEFT_OUT_OF_RECORDS: dict[str, Any] = {"episode_weight": "length"}
 
 
 # -------------------------------------------------------------------------- validation

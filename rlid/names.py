@@ -19,9 +19,11 @@ AdvantageKind = Literal["group", "gae"]
 AdvantageScale = Literal["std", "none"]
 """Group advantages divided by the group's std (GRPO) or not (Dr. GRPO)."""
 
-EpisodeWeight = Literal["length", "equal"]
+EpisodeWeight = Literal["auto", "length", "equal"]
 """Group advantages on the menu planes: an episode weighs its length (every decision
-alike) or every episode of a group weighs the same (its decisions share its weight)."""
+alike) or every episode of a group weighs the same (its decisions share its weight);
+auto: equal where advantages are group-relative on the decision or scoring plane,
+length elsewhere."""
 
 TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 """The token-plane loss variants (``baselines.losses``)."""

@@ -214,7 +214,7 @@ def compute_advantages(
         )
         group_ids = torch.tensor([e.group for e in episodes])
         adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
-        if config.episode_weight == "equal":  # adv_i * mean_g(T) / T_i: one weight per episode
+        if config.resolved_episode_weight == "equal":  # adv_i * mean_g(T) / T_i per episode
             adv_ep = adv_ep * equal_episode_weights([e.length for e in episodes], group_ids)
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
         returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])

@@ -65,7 +65,9 @@ def main() -> int:
     if spec == "resume":
         run_training(None, run_dir, resume=True, progress=False)
     else:
-        run_training(TrainConfig.from_dict(json.loads(spec)), run_dir, resume=False, progress=False)
+        run_training(
+            TrainConfig.from_record(json.loads(spec)), run_dir, resume=False, progress=False
+        )
     # the group is gone before the process exits (left to the exit, gloo can abort there)
     left = {"initialized": torch.distributed.is_initialized()}
     (record / f"group_after_rank{rank}.json").write_text(json.dumps(left))

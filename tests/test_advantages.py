@@ -210,7 +210,10 @@ def test_group_advantages_compare_discounted_returns_in_both_planes():
     # two successes in one group, in 1 and 3 steps: returns 1 and 0.25 at gamma 0.5,
     # mean 0.625, so the short one gets +0.375 and the long one -0.375 on each step
     episodes = [success(1), success(3)]
-    config = TrainConfig(gamma=0.5, group_size=2, adv_scale="none", algo="dr_grpo")
+    # (length weighting: every step the episode's advantage, as on the token plane)
+    config = TrainConfig(
+        gamma=0.5, group_size=2, adv_scale="none", algo="dr_grpo", episode_weight="length"
+    )
     _, adv, targets = compute_advantages(episodes, config)
     torch.testing.assert_close(adv, torch.tensor([0.375, -0.375, -0.375, -0.375]))
     torch.testing.assert_close(targets, torch.tensor([1.0, 0.25, 0.25, 0.25]))
@@ -249,8 +252,10 @@ def test_equal_episode_weights_give_each_episode_of_a_group_one_weight():
         torch.tensor([2.0, 2 / 3, 4 / 3, 4 / 5]),  # group means 4 and 4
     )
     common = dict(gamma=1.0, group_size=2, adv_scale="none")
-    _, by_length, _ = compute_advantages(episodes, TrainConfig(**common))
+    _, by_length, _ = compute_advantages(episodes, TrainConfig(**common, episode_weight="length"))
     _, equal, targets = compute_advantages(episodes, TrainConfig(**common, episode_weight="equal"))
+    _, default, _ = compute_advantages(episodes, TrainConfig(**common))  # auto: equal here
+    torch.testing.assert_close(default, equal)
     torch.testing.assert_close(by_length, torch.tensor([0.5] * 2 + [-0.5] * 6 + [0.0] * 8))
     torch.testing.assert_close(equal, torch.tensor([1.0] * 2 + [-1 / 3] * 6 + [0.0] * 8))
     assert float(by_length[:8].sum()) == pytest.approx(-2.0)  # the failure's 6 steps win
@@ -274,3 +279,30 @@ def test_equal_episode_weights_are_refused_where_they_mean_nothing(fields):
         TrainConfig(episode_weight="equal", **fields)
     with pytest.raises(ValueError, match="episode_weight"):
         TrainConfig(episode_weight="both")
+    # the default, auto, is length there (what those settings always did)
+    assert TrainConfig(**fields).resolved_episode_weight == "length"
+    assert TrainConfig(episode_weight="length", **fields).resolved_episode_weight == "length"
+
+
+def test_a_record_says_which_episode_weight_ran_and_old_records_read_as_length():
+    """auto is resolved in every record (a run's config.json, its fingerprint), so an
+    auto config is the same run as an explicit one; a record without the key was
+    written while length was the default and left out, and reads as length."""
+    from rlid.config import TrainConfig
+    from rlid.runs.log import config_fingerprint
+
+    auto = TrainConfig()
+    assert (auto.episode_weight, auto.resolved_episode_weight) == ("auto", "equal")
+    assert auto.to_dict()["episode_weight"] == "equal"
+    assert config_fingerprint(auto) == config_fingerprint(TrainConfig(episode_weight="equal"))
+    assert TrainConfig(plane="scoring").resolved_episode_weight == "equal"
+    length = TrainConfig(episode_weight="length")
+    assert "episode_weight" not in length.to_dict()  # as 0.2 wrote it
+    old = TrainConfig.from_record(length.to_dict())
+    assert old.episode_weight == "length" and old.to_dict() == length.to_dict()
+    assert TrainConfig.from_record(auto.to_dict()).episode_weight == "equal"
+    # a config a user writes leaves it at the default
+    assert TrainConfig.from_dict(length.to_dict()).episode_weight == "auto"
+    for other in (TrainConfig(plane="token"), TrainConfig(advantage="gae")):
+        assert "episode_weight" not in other.to_dict()  # length, as before
+        assert TrainConfig.from_record(other.to_dict()).to_dict() == other.to_dict()

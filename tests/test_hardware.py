@@ -93,7 +93,7 @@ def test_hardware_fields_are_recorded_and_flags_derived():
     assert (recorded["device"], recorded["dtype"], recorded["mixed_precision"]) == (
         "cpu", "bfloat16", "bf16",
     )  # fmt: skip
-    assert TrainConfig.from_dict(json.loads(json.dumps(recorded))) == config
+    assert TrainConfig.from_record(json.loads(json.dumps(recorded))).to_dict() == recorded
     assert TrainConfig().threads is None  # torch's own default (OMP_NUM_THREADS)
 
 

@@ -461,7 +461,7 @@ def test_interface_long_prompts_is_checked_and_recorded_only_when_changed():
     assert "long_prompts" not in TrainConfig().to_dict()["interface"]
     strict = TrainConfig(interface=Interface(long_prompts="error"))
     assert strict.to_dict()["interface"]["long_prompts"] == "error"
-    assert TrainConfig.from_dict(strict.to_dict()) == strict
+    assert TrainConfig.from_record(strict.to_dict()).to_dict() == strict.to_dict()
 
 
 def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatch):

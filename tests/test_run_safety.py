@@ -555,9 +555,9 @@ def test_a_run_that_recorded_a_field_now_left_out_at_its_default_still_resumes(
     finished_run, tmp_path
 ):
     # a version that wrote episode_weight = "length" into config.json and fingerprinted that
+    # (today a length run leaves it out)
     run = copy_run(finished_run, tmp_path)
     raw = json.loads((run / "config.json").read_text())
-    assert "episode_weight" not in raw["config"]  # left out at its default today
     raw["config"]["episode_weight"] = "length"
     raw["fingerprint"] = _as_written_fingerprint(raw["config"])
     (run / "config.json").write_text(json.dumps(raw))
@@ -571,6 +571,13 @@ def test_a_run_that_recorded_a_field_now_left_out_at_its_default_still_resumes(
     config, _ = read_run_config(run)
     assert config.episode_weight == "length"
     trainer_mod.train(None, run, resume=True, progress=False)  # the checkpoint is accepted
+    # 0.2 left episode_weight out at its default then, length: such a record reads as
+    # length, not as today's default (auto, equal on this plane)
+    del raw["config"]["episode_weight"]
+    raw["fingerprint"] = _as_written_fingerprint(raw["config"])
+    (run / "config.json").write_text(json.dumps(raw))
+    config, _ = read_run_config(run)
+    assert config.episode_weight == "length" and config.to_dict() == raw["config"]
     # a hand edit is refused as before
     raw["config"]["lr"] = 0.5
     (run / "config.json").write_text(json.dumps(raw))
@@ -588,6 +595,25 @@ def test_run_configs_committed_as_results_still_read():
     assert len(paths) >= 20
     for path in paths:
         read_run_config(path.parent)
+
+
+def test_a_results_page_config_still_plans_the_runs_it_reports():
+    """The episode-weight page's config, read by today's code, plans exactly the runs
+    committed beside it (0.2's length runs and the equal ones), so a default changed
+    since cannot silently make it train something else."""
+    from rlid.compare.parse import load_compare_config
+    from rlid.compare.run import check_existing_run
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    compare = load_compare_config(results / "episode_weight" / "suite.toml")
+    rerun = results / "suite_0.2_rerun"
+    checked = set()
+    for run in compare.runs():
+        for where in (rerun / "runs", rerun / "equal" / "runs"):
+            if (where / run.name / "config.json").is_file():
+                check_existing_run(run, where / run.name, "finished")  # raises if it differs
+                checked.add(run.arm)
+    assert checked == {"decision-ppo", "decision-ppo-equal"}
 
 
 # --------------------------------------------------------------- which code trained a run
@@ -626,6 +652,12 @@ def test_a_run_records_the_code_that_trained_it_and_each_resume_by_other_code(
     assert raw["software"]["torch"] == torch.__version__
     assert raw["software"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert f"trained by {describe_software(software_record())}" in (run / "summary.md").read_text()
+    # the recipe's episode weight (auto, resolved) is stated beside the advantage
+    assert raw["config"]["episode_weight"] == "equal"
+    assert (
+        "advantage group, every episode of a group weighing the same"
+        in (run / "summary.md").read_text()
+    )
     iteration = json.loads((run / rundir.CHECKPOINT / "state.json").read_text())["iteration"]
 
     trainer_mod.train(None, run, resume=True, progress=False)  # the same code: nothing added

@@ -341,7 +341,7 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
     assert {k: stats[k] for k in rows["before"]} == rows["before"]
     # The trained model, played as a model dir with the run's config, is the "after" row.
     trained = evaluate_model(
-        TrainConfig.from_dict({**config.to_dict(), "model": str(run / "checkpoint" / "model")}),
+        TrainConfig.from_record({**config.to_dict(), "model": str(run / "checkpoint" / "model")}),
         episodes=5,
     )  # fmt: skip
     assert trained["origin"] == "local"

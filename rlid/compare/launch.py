@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if spec == "resume":
         run_training(None, Path(run_dir), resume=True, progress=json.loads(progress))
     else:
-        config = TrainConfig.from_dict(json.loads(Path(spec).read_text()))
+        config = TrainConfig.from_record(json.loads(Path(spec).read_text()))
         run_training(config, Path(run_dir), resume=False, progress=json.loads(progress))
     return 0
 

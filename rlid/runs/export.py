@@ -120,7 +120,7 @@ def load_exported_model(path: Path, *, dtype: torch.dtype = torch.float32) -> tu
 
     path = Path(path)
     data = read_interface(path)
-    config = TrainConfig.from_dict(data["train_config"])
+    config = TrainConfig.from_record(data["train_config"])
     lora = data.get("lora")
     model: Any
     if lora and not lora["merged"]:

@@ -77,7 +77,7 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
         )
     raw = rundir.read_json(cfg_path)
     try:
-        config = TrainConfig.from_dict(raw["config"])
+        config = TrainConfig.from_record(raw["config"])
     except (KeyError, ValueError, TypeError) as err:
         raise ValueError(f"{cfg_path} is not a valid run config: {err}") from None
     if raw.get("fingerprint") not in (None, *_written_fingerprints(config, raw)):
@@ -532,7 +532,7 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
                 f"--steps {diff['steps'][1]} is below the run's {diff['steps'][0]}: a resume "
                 "can extend a run, not shorten it"
             )
-        new = TrainConfig.from_dict({**current, **{k: v[1] for k, v in diff.items()}})
+        new = TrainConfig.from_record({**current, **{k: v[1] for k, v in diff.items()}})
         entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "changes": diff,

@@ -88,7 +88,7 @@ def software_record() -> dict[str, Any]:
 
 
 def describe_software(record: dict[str, Any] | None) -> str:
-    """``rlid 0.2.0 (commit 9edd31b, uncommitted changes), torch 2.13.0, ...``."""
+    """``rlid 0.3.0 (commit 9edd31b, uncommitted changes), torch 2.13.0, ...``."""
     if not record:
         return "not recorded"
     head = f"rlid {record.get('rlid', '?')}"

@@ -100,6 +100,15 @@ def software_lines(run_dir: Path) -> list[str]:
     return ["trained by " + "; then ".join(run_software(run_dir)), ""]
 
 
+def _episode_weight(config: Any) -> str:
+    weight = getattr(config, "resolved_episode_weight", None)
+    if config.advantage != "group" or config.plane == "token" or weight is None:
+        return ""
+    if weight == "equal":
+        return ", every episode of a group weighing the same"
+    return ", episodes weighing their length"
+
+
 def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
     """``summary.md``: setting, held-out before/after, last iteration, budget."""
     run_dir = Path(run_dir)
@@ -110,7 +119,7 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
     lines.append(
         f"plane **{config.plane}**, env **{config.env}** {config.env_options or ''}, "
         f"model `{config.model}` ({evals.get('model_origin', '?')}), seed {config.seed}, "
-        f"advantage {config.advantage}"
+        f"advantage {config.advantage}{_episode_weight(config)}"
     )
     lines.append("")
     lines.append(
