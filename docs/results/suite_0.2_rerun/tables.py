@@ -83,7 +83,7 @@ def main() -> None:
         print(f"| {env} | " + " | ".join(cells) + " |")
 
     print("\n## Episode weighting\n")
-    print("| setting | length (default, today) | equal | seeds: length / equal |")
+    print("| setting | length (0.2 default) | equal (0.3 default) | seeds: length / equal |")
     print("|---|---|---|---|")
     for env in envs:
         a = [after(HERE / "runs" / name.format(env=env, seed=s)) for s in SEEDS]
