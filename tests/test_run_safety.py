@@ -597,23 +597,39 @@ def test_run_configs_committed_as_results_still_read():
         read_run_config(path.parent)
 
 
-def test_a_results_page_config_still_plans_the_runs_it_reports():
-    """The episode-weight page's config, read by today's code, plans exactly the runs
-    committed beside it (0.2's length runs and the equal ones), so a default changed
-    since cannot silently make it train something else."""
+@pytest.mark.parametrize(
+    "config, run_dirs, arms",
+    [
+        (
+            "episode_weight/suite.toml",
+            ("suite_0.2_rerun/runs", "suite_0.2_rerun/equal/runs"),
+            {"decision-ppo", "decision-ppo-equal"},
+        ),
+        (
+            "suite_0.3_five_seeds/suite.toml",
+            ("suite_0.3_five_seeds/runs",),
+            {"decision-ppo", "decision-ppo-length"},
+        ),
+    ],
+    ids=["episode-weight", "five-seeds"],
+)
+def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs, arms):
+    """A results page's config, read by today's code, plans exactly the runs committed
+    with it (0.2's length runs, runs with equal written out, and 0.3's default, auto),
+    so a default changed since cannot silently make it train something else."""
     from rlid.compare.parse import load_compare_config
     from rlid.compare.run import check_existing_run
 
     results = Path(__file__).resolve().parents[1] / "docs" / "results"
-    compare = load_compare_config(results / "episode_weight" / "suite.toml")
-    rerun = results / "suite_0.2_rerun"
+    compare = load_compare_config(results / config)
     checked = set()
     for run in compare.runs():
-        for where in (rerun / "runs", rerun / "equal" / "runs"):
-            if (where / run.name / "config.json").is_file():
-                check_existing_run(run, where / run.name, "finished")  # raises if it differs
+        for where in run_dirs:
+            if (results / where / run.name / "config.json").is_file():
+                # raises if the planned config differs from the one the run recorded
+                check_existing_run(run, results / where / run.name, "finished")
                 checked.add(run.arm)
-    assert checked == {"decision-ppo", "decision-ppo-equal"}
+    assert checked == arms
 
 
 # --------------------------------------------------------------- which code trained a run
