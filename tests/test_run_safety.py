@@ -433,6 +433,28 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_resume_reads_episode_weight_auto_as_the_run_resolves_it(finished_run, tmp_path):
+    from rlid.runs.log import apply_resume_changes
+
+    run = copy_run(finished_run, tmp_path)  # a decision run with group advantages: equal
+    before = snapshot(run)
+    assert apply_resume_changes(run, {"episode_weight": "auto"}) == {}
+    assert apply_resume_changes(run, {"episode_weight": "equal"}) == {}
+    with pytest.raises(ValueError, match="--episode-weight cannot change"):
+        apply_resume_changes(run, {"episode_weight": "length"})
+    # a run 0.2 trained (length, left out of the record): auto would mean equal, a change
+    raw = json.loads((run / "config.json").read_text())
+    del raw["config"]["episode_weight"]
+    raw["fingerprint"] = _as_written_fingerprint(raw["config"])
+    (run / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="--episode-weight cannot change"):
+        apply_resume_changes(run, {"episode_weight": "auto"})
+    assert apply_resume_changes(run, {"episode_weight": "length"}) == {}
+    assert {k: v for k, v in snapshot(run).items() if k != "config.json"} == {
+        k: v for k, v in before.items() if k != "config.json"
+    }
+
+
 def test_resume_with_a_larger_steps_extends_the_run(finished_run, tmp_path, capsys):
     run = copy_run(finished_run, tmp_path)
     rows_before = rundir.read_metrics(run)

@@ -515,6 +515,9 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
         config, raw = read_run_config(path)
         current = config.to_dict()
         full = {k: getattr(config, k) for k in config.__dataclass_fields__}
+        if changes.get("episode_weight") == "auto":  # auto, resolved for this run's plane
+            resolved = config.replace(episode_weight="auto").resolved_episode_weight
+            changes = {**changes, "episode_weight": resolved}
         diff = {k: [full[k], v] for k, v in changes.items() if full.get(k) != v}
         refused = sorted(k for k in diff if k not in RESUME_CHANGEABLE)
         if refused:
