@@ -280,7 +280,7 @@ class TrainConfig:
                 f"position_coef is for the decision plane (label readout over menu positions); "
                 f"the {self.plane} plane has no label positions to prefer"
             )
-        if self.episode_weight == "equal" and (self.plane == "token" or self.advantage != "group"):
+        if self.episode_weight == "equal" and not self.weighs_episodes:
             raise ValueError(
                 f"episode_weight={self.episode_weight!r} weighs group advantages on the decision "
                 "and scoring planes; it needs --advantage group there (the token plane "
@@ -310,13 +310,18 @@ class TrainConfig:
         return self.groups_per_iter * self.group_size
 
     @property
+    def weighs_episodes(self) -> bool:
+        """Where ``episode_weight`` applies: group advantages on the decision and scoring
+        planes (the token plane normalises by its ``algo``; GAE has no groups)."""
+        return self.plane != "token" and self.advantage == "group"
+
+    @property
     def resolved_episode_weight(self) -> str:
-        """``episode_weight`` with ``auto`` resolved: ``equal`` for group advantages on
-        the decision and scoring planes, ``length`` elsewhere."""
+        """``episode_weight`` with ``auto`` resolved: ``equal`` where it applies,
+        ``length`` elsewhere."""
         if self.episode_weight != "auto":
             return self.episode_weight
-        menu_group = self.plane != "token" and self.advantage == "group"
-        return "equal" if menu_group else "length"
+        return "equal" if self.weighs_episodes else "length"
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

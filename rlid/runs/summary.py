@@ -101,10 +101,9 @@ def software_lines(run_dir: Path) -> list[str]:
 
 
 def _episode_weight(config: Any) -> str:
-    weight = getattr(config, "resolved_episode_weight", None)
-    if config.advantage != "group" or config.plane == "token" or weight is None:
+    if not config.weighs_episodes:
         return ""
-    if weight == "equal":
+    if config.resolved_episode_weight == "equal":
         return ", every episode of a group weighing the same"
     return ", episodes weighing their length"
 
