@@ -73,14 +73,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --model; a run has its own config")
         episodes = 32 if args.episodes is None else args.episodes
-        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed)
+        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed,
+                      walkthrough=args.walkthrough)  # fmt: skip
         stats = evaluate_run(
             Path(args.run), env=args.env, env_options=parse_option_strings(args.env_option),
             **common,
         )  # fmt: skip
     else:
         config, episodes = model_eval_config(args)
-        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed)
+        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed,
+                      walkthrough=args.walkthrough)  # fmt: skip
         stats = evaluate_model(config, **common)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
@@ -180,7 +182,10 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
             "run's before/after rows. With --model, the plane, interface and hardware come "
             "from --config FILE.toml (a `rlid train` config) and the flags; or from a "
             "comparison's file (`rlid compare --config`) with --setting NAME [--arm NAME], "
-            "which plays that setting exactly as the comparison evaluates it."
+            "which plays that setting exactly as the comparison evaluates it. With "
+            "--walkthrough, walk each game along its walkthrough instead and report how "
+            "often the greedy row is the walkthrough's and the probability given to it, "
+            "step by step (decision and scoring planes)."
         ),
     )
     what = e.add_mutually_exclusive_group()
@@ -208,9 +213,15 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     e.add_argument(
         "--episodes", type=int, default=None,
-        help="episodes to play (default 32; with --setting the comparison's held-out count)",
+        help="episodes to play, or with --walkthrough games to walk (default 32; with "
+        "--setting the comparison's held-out count)",
     )  # fmt: skip
     e.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    e.add_argument(
+        "--walkthrough", action="store_true", help="follow each game's walkthrough (the "
+        "same games as the episodes) and report, per state, whether the greedy row is the "
+        "walkthrough's command and its probability: where and how a policy goes wrong",
+    )  # fmt: skip
     e.add_argument("--seed", type=int, default=0, help="evaluation seed")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_cmd_eval)

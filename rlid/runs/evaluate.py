@@ -1,19 +1,28 @@
 """Evaluate a finished (or interrupted) run directory, or a model as it is, on held-out games.
 
 The acting policy of the run's plane comes from the plane registry (:mod:`rlid.planes`).
+Besides playing episodes, :func:`follow_walkthroughs` asks a menu policy, state by
+state along each game's walkthrough, how much it prefers the walkthrough's command
+(``rlid eval --walkthrough``): where a policy fails, it says at which step and how.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 import envs as envs_pkg
+from menus import make_memory
+from rlid.budget import Budget, Timers
 from rlid.planes import get_plane
 from rlid.runs import dir as rundir
 
 if TYPE_CHECKING:
+    from menus import Interface
     from rlid.config import TrainConfig
+    from rlid.protocols import MenuPolicy
 
 
 def evaluate_run(
@@ -25,12 +34,16 @@ def evaluate_run(
     episodes: int = 32,
     greedy: bool = True,
     seed: int = 0,
+    walkthrough: bool = False,
 ) -> dict[str, Any]:
-    """Load ``run``'s last checkpoint and play ``episodes`` episodes on ``split`` games."""
+    """Load ``run``'s last checkpoint and play ``episodes`` episodes on ``split`` games
+    (``walkthrough=True``: follow the walkthroughs of as many games instead,
+    :func:`follow_walkthroughs`)."""
     from rlid.lora import load_run_model
     from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
     _check_episodes(episodes)
+    _check_walkthrough(walkthrough, greedy)
     # Read-only: no lock, so a running training can be evaluated alongside.
     config, _ = read_run_config(Path(run))
     ckpt = Path(run) / rundir.CHECKPOINT
@@ -42,7 +55,7 @@ def evaluate_run(
     model, tokenizer = load_run_model(config, log)
     stats = _play(
         config, model, tokenizer, env=env, env_options=env_options, split=split,
-        episodes=episodes, greedy=greedy, seed=seed,
+        episodes=episodes, greedy=greedy, seed=seed, walkthrough=walkthrough,
     )  # fmt: skip
     state = rundir.read_json(log.path / rundir.CHECKPOINT / "state.json")
     return {"env": stats.pop("env"), "split": split, "iteration": state["iteration"], **stats}
@@ -57,6 +70,7 @@ def evaluate_model(
     episodes: int = 32,
     greedy: bool = True,
     seed: int = 0,
+    walkthrough: bool = False,
 ) -> dict[str, Any]:
     """Play ``config.model`` as it is (no run, no training) on ``split`` games.
 
@@ -68,12 +82,13 @@ def evaluate_model(
     from rlid.models import load_policy_model
 
     _check_episodes(episodes)
+    _check_walkthrough(walkthrough, greedy)
     _set_threads(config)
     loaded, tokenizer = load_policy_model(str(config.model), dtype=load_dtype(config))
     model = own_memory(loaded)  # as a run loads it (the same last bits)
     stats = _play(
         config, model, tokenizer, env=env, env_options=env_options, split=split,
-        episodes=episodes, greedy=greedy, seed=seed,
+        episodes=episodes, greedy=greedy, seed=seed, walkthrough=walkthrough,
     )  # fmt: skip
     origin = getattr(model, "rlid_origin", "local")
     return {"env": stats.pop("env"), "split": split, "model": str(config.model),
@@ -83,6 +98,14 @@ def evaluate_model(
 def _check_episodes(episodes: int) -> None:
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+
+
+def _check_walkthrough(walkthrough: bool, greedy: bool) -> None:
+    if walkthrough and not greedy:
+        raise ValueError(
+            "--walkthrough follows each game's walkthrough and reads the policy's greedy "
+            "choice and its probabilities at every state; it samples nothing: drop --sample"
+        )
 
 
 def _set_threads(config: TrainConfig) -> None:
@@ -103,9 +126,15 @@ def _play(
     episodes: int,
     greedy: bool,
     seed: int,
+    walkthrough: bool = False,
 ) -> dict[str, Any]:
     """``model`` on the config's device and precision, as the config's plane, on
     ``episodes`` games of ``env`` (default: the config's env and options)."""
+    if walkthrough and config.plane == "token":
+        raise ValueError(
+            "--walkthrough reads a policy's distribution over the menu of legal actions: "
+            "the decision or scoring plane, not the token plane (free text)"
+        )
     import torch
 
     from rlid.hardware import Precision
@@ -123,7 +152,149 @@ def _play(
     options["split"] = split
     env_list = [envs_pkg.make(env_id, **options) for _ in range(min(episodes, 16))]
     with torch.no_grad():
-        stats = evaluate(
-            policy, env_list, episodes, interface=config.interface, seed=seed, greedy=greedy
-        )
+        if walkthrough:
+            menu_policy = cast("MenuPolicy", policy)  # not the token plane: checked above
+            stats = follow_walkthroughs(
+                menu_policy, env_list, episodes, interface=config.interface, seed=seed
+            )
+        else:
+            stats = evaluate(
+                policy, env_list, episodes, interface=config.interface, seed=seed, greedy=greedy
+            )
     return {"env": env_id, **stats}
+
+
+def follow_walkthroughs(
+    policy: MenuPolicy,
+    env_list: list[Any],
+    games: int,
+    *,
+    interface: Interface,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Teacher-forced check of a menu policy along each game's walkthrough.
+
+    Game ``i`` is the one the held-out evaluation's episode ``i`` plays (the same
+    resets). It is walked along its walkthrough, with the interface's memory; at every
+    state the policy renders its menu and is asked for its greedy row (as evaluation
+    plays) and for the probability ``p`` it gives the walkthrough's command. Returns:
+
+    * ``states``: states visited, over ``games`` games;
+    * ``walkthrough_accuracy``: the fraction of states whose greedy row is the
+      walkthrough's command; ``walkthrough_prob``: the mean of ``p``;
+    * ``greedy_follows``: the fraction of games whose every greedy row is the
+      walkthrough's (greedy play then replays the walkthrough and wins);
+    * ``sample_follows``: the mean over games of the product of ``p`` along the game,
+      the chance that sampling (at temperature 1) replays the whole walkthrough;
+    * ``off_menu``: states whose menu did not show the command (``overflow =
+      "truncate"``), counted with ``p = 0`` and as wrong; the walk goes on;
+    * ``accuracy_by_step``: the accuracy at walkthrough step 0, 1, ... over the games
+      that reach it;
+    * ``wrong_by_verb``: the first word of the greedy row where it was wrong ("look":
+      stayed put, "go": a move the walkthrough did not make, ...).
+    """
+    from rlid.trainer import EVAL_SEED_BASE, iteration_rngs
+
+    if games < 1:
+        raise ValueError(f"--episodes (games to walk) must be >= 1, got {games}")
+    saved = (policy.budget, policy.timers)  # not training spend
+    policy.budget, policy.timers = Budget(), Timers()
+    right: list[bool] = []
+    probs: list[float] = []
+    by_step: dict[int, list[bool]] = {}
+    wrong_by_verb: dict[str, int] = {}
+    follows_greedy: list[bool] = []
+    follows_sampled: list[float] = []
+    off_menu = 0
+    try:
+        for start in range(0, games, len(env_list)):
+            n = min(len(env_list), games - start)
+            rng, gen = iteration_rngs(seed, start, stream=1)
+            seeds = [EVAL_SEED_BASE + start + i for i in range(n)]
+            walk = _Walk(env_list[:n], seeds, interface, first_game=start)
+            while walk.active:
+                active = walk.active
+                decisions = policy.act(
+                    [walk.obs[i] for i in active], [walk.infos[i] for i in active],
+                    [walk.memories[i].render() or None for i in active],
+                    rng=rng, generator=gen, greedy=True,
+                )  # fmt: skip
+                logp_all = policy.score(decisions)[0]
+                for b, i in enumerate(active):
+                    wanted = walk.wanted(i)
+                    rows = [
+                        r for r, row in enumerate(decisions[b].menu.rows) if row.action == wanted
+                    ]
+                    p = float(logp_all[b, rows[0]].exp()) if rows else 0.0
+                    off_menu += not rows
+                    ok = decisions[b].action == wanted
+                    right.append(ok)
+                    probs.append(p)
+                    by_step.setdefault(walk.step[i], []).append(ok)
+                    walk.greedy_ok[i] &= ok
+                    walk.sampled[i] *= p
+                    if not ok:
+                        verb = decisions[b].action.split()[0] if decisions[b].action else ""
+                        wrong_by_verb[verb] = wrong_by_verb.get(verb, 0) + 1
+                    walk.advance(i)
+            follows_greedy += walk.greedy_ok
+            follows_sampled += walk.sampled
+    finally:
+        policy.budget, policy.timers = saved
+    if not right:
+        raise ValueError("no game of this env has a walkthrough step to follow")
+    return {
+        "games": games,
+        "states": len(right),
+        "walkthrough_accuracy": float(np.mean(right)),
+        "walkthrough_prob": float(np.mean(probs)),
+        "greedy_follows": float(np.mean(follows_greedy)),
+        "sample_follows": float(np.mean(follows_sampled)),
+        "off_menu": off_menu,
+        "accuracy_by_step": [round(float(np.mean(by_step[k])), 4) for k in sorted(by_step)],
+        "wrong_by_verb": dict(sorted(wrong_by_verb.items())),
+    }
+
+
+class _Walk:
+    """Envs stepping along their games' walkthroughs, with the interface's memory."""
+
+    def __init__(
+        self, env_list: list[Any], seeds: list[int], interface: Interface, *, first_game: int
+    ) -> None:
+        self.envs = env_list
+        self.obs: list[str] = []
+        self.infos: list[dict[str, Any]] = []
+        self.memories = [make_memory(interface.memory, interface.memory_size) for _ in seeds]
+        self.routes: list[list[str]] = []
+        for game, (env, memory, seed) in enumerate(zip(env_list, self.memories, seeds)):
+            obs, info = env.reset(seed=seed)
+            if info.get("walkthrough") is None:
+                raise ValueError(
+                    f"game {first_game + game} of this env has no walkthrough; "
+                    "--walkthrough needs an env whose games come with one"
+                )
+            memory.reset(obs, info)
+            self.obs.append(obs)
+            self.infos.append(info)
+            self.routes.append(list(info["walkthrough"]))
+        self.step = [0] * len(seeds)
+        self.done = [not route for route in self.routes]
+        self.greedy_ok = [True] * len(seeds)
+        self.sampled = [1.0] * len(seeds)
+
+    @property
+    def active(self) -> list[int]:
+        return [i for i, done in enumerate(self.done) if not done]
+
+    def wanted(self, i: int) -> str:
+        return self.routes[i][self.step[i]]
+
+    def advance(self, i: int) -> None:
+        """Send env ``i`` the walkthrough's command (whatever the policy chose)."""
+        action = self.wanted(i)
+        obs, _, terminated, truncated, info = self.envs[i].step(action)
+        self.memories[i].update(obs, action, info)
+        self.obs[i], self.infos[i] = obs, info
+        self.step[i] += 1
+        self.done[i] = terminated or truncated or self.step[i] >= len(self.routes[i])
