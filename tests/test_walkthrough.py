@@ -88,6 +88,7 @@ def test_hand_computed_along_a_two_step_walkthrough():
     assert stats["games"] == 3 and stats["states"] == 6
     assert stats["walkthrough_accuracy"] == pytest.approx(0.5)
     assert stats["walkthrough_prob"] == pytest.approx((0.75 + 0.2) / 2)
+    assert stats["uniform_prob"] == pytest.approx((1 / 2 + 1 / 3) / 2)  # menus of 2 and 3 rows
     assert stats["greedy_follows"] == 0.0
     assert stats["sample_follows"] == pytest.approx(0.75 * 0.2)  # product along a game
     assert stats["accuracy_by_step"] == [1.0, 0.0]
@@ -100,6 +101,7 @@ def test_a_command_missing_from_the_menu_counts_as_wrong_with_probability_zero()
     stats, _ = _walk(2, hide="c")  # the second state's menu lacks the walkthrough's "c"
     assert stats["off_menu"] == 2 and stats["states"] == 4
     assert stats["walkthrough_prob"] == pytest.approx(0.75 / 2)
+    assert stats["uniform_prob"] == pytest.approx(1 / 4)  # the missing command: 0 for either
     assert stats["sample_follows"] == 0.0
     assert stats["accuracy_by_step"] == [1.0, 0.0]
 

@@ -182,6 +182,8 @@ def follow_walkthroughs(
     * ``states``: states visited, over ``games`` games;
     * ``walkthrough_accuracy``: the fraction of states whose greedy row is the
       walkthrough's command; ``walkthrough_prob``: the mean of ``p``;
+      ``uniform_prob``: the same for a uniform choice over each menu (1 / rows), the
+      reference a policy that does not read its menu stays at;
     * ``greedy_follows``: the fraction of games whose every greedy row is the
       walkthrough's (greedy play then replays the walkthrough and wins);
     * ``sample_follows``: the mean over games of the product of ``p`` along the game,
@@ -201,6 +203,7 @@ def follow_walkthroughs(
     policy.budget, policy.timers = Budget(), Timers()
     right: list[bool] = []
     probs: list[float] = []
+    uniform: list[float] = []
     by_step: dict[int, list[bool]] = {}
     wrong_by_verb: dict[str, int] = {}
     follows_greedy: list[bool] = []
@@ -230,6 +233,7 @@ def follow_walkthroughs(
                     ok = decisions[b].action == wanted
                     right.append(ok)
                     probs.append(p)
+                    uniform.append(1.0 / len(decisions[b].menu.rows) if rows else 0.0)
                     by_step.setdefault(walk.step[i], []).append(ok)
                     walk.greedy_ok[i] &= ok
                     walk.sampled[i] *= p
@@ -248,6 +252,7 @@ def follow_walkthroughs(
         "states": len(right),
         "walkthrough_accuracy": float(np.mean(right)),
         "walkthrough_prob": float(np.mean(probs)),
+        "uniform_prob": float(np.mean(uniform)),
         "greedy_follows": float(np.mean(follows_greedy)),
         "sample_follows": float(np.mean(follows_sampled)),
         "off_menu": off_menu,
