@@ -632,8 +632,9 @@ def test_run_configs_committed_as_results_still_read():
             ("suite_0.3_five_seeds/runs",),
             {"decision-ppo", "decision-ppo-length"},
         ),
+        ("suite_0.3_budget/suite.toml", ("suite_0.3_budget/runs",), {"decision-ppo"}),
     ],
-    ids=["episode-weight", "five-seeds"],
+    ids=["episode-weight", "five-seeds", "budget"],
 )
 def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs, arms):
     """A results page's config, read by today's code, plans exactly the runs committed

@@ -1,0 +1,46 @@
+"""Held-out success along training (the runs' eval_every rows), one line per seed,
+with the random floor and the suite's 3,000-step budget marked.
+
+Usage: python docs/results/suite_0.3_budget/plot_heldout.py  (writes heldout_along_training.png)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+FLOORS = {"treasure-level1": 0.48, "keydoor-large": 0.01, "crafting-small": 0.01}
+
+
+def main() -> None:
+    fig, axes = plt.subplots(1, len(FLOORS), figsize=(5 * len(FLOORS), 3.6), sharey=True)
+    for ax, (setting, floor) in zip(axes, FLOORS.items()):
+        for run in sorted((HERE / "runs").glob(f"decision-ppo-{setting}-seed*")):
+            lines = (run / "metrics.jsonl").read_text().splitlines()
+            rows = [json.loads(line) for line in lines]
+            before = json.loads((run / "eval.json").read_text())["before"]["success"]
+            after = json.loads((run / "eval.json").read_text())["after"]
+            xs = [0] + [r["budget"]["env_steps"] for r in rows if "eval" in r]
+            ys = [before] + [r["eval"]["success"] for r in rows if "eval" in r]
+            xs.append(rows[-1]["budget"]["env_steps"])
+            ys.append(after["success"])
+            ax.plot(xs, ys, marker=".", label=run.name.rsplit("-", 1)[1])
+        ax.axhline(floor, color="grey", linestyle="--", label="random floor")
+        ax.axvline(3000, color="black", linestyle=":", label="suite budget (3,000)")
+        ax.set_title(setting)
+        ax.set_xlabel("env steps")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].set_ylabel("held-out success (32 greedy episodes)")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(HERE / "heldout_along_training.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
