@@ -43,9 +43,9 @@ def evaluate_run(
     from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
     _check_episodes(episodes)
-    _check_walkthrough(walkthrough, greedy)
     # Read-only: no lock, so a running training can be evaluated alongside.
     config, _ = read_run_config(Path(run))
+    _check_walkthrough(walkthrough, greedy, config)
     ckpt = Path(run) / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
@@ -82,7 +82,7 @@ def evaluate_model(
     from rlid.models import load_policy_model
 
     _check_episodes(episodes)
-    _check_walkthrough(walkthrough, greedy)
+    _check_walkthrough(walkthrough, greedy, config)
     _set_threads(config)
     loaded, tokenizer = load_policy_model(str(config.model), dtype=load_dtype(config))
     model = own_memory(loaded)  # as a run loads it (the same last bits)
@@ -100,7 +100,13 @@ def _check_episodes(episodes: int) -> None:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
 
 
-def _check_walkthrough(walkthrough: bool, greedy: bool) -> None:
+def _check_walkthrough(walkthrough: bool, greedy: bool, config: TrainConfig) -> None:
+    """Before any model loads: a walk reads a menu policy's greedy row and probabilities."""
+    if walkthrough and config.plane == "token":
+        raise ValueError(
+            "--walkthrough reads a policy's distribution over the menu of legal actions: "
+            "the decision or scoring plane, not the token plane (free text)"
+        )
     if walkthrough and not greedy:
         raise ValueError(
             "--walkthrough follows each game's walkthrough and reads the policy's greedy "
@@ -130,11 +136,6 @@ def _play(
 ) -> dict[str, Any]:
     """``model`` on the config's device and precision, as the config's plane, on
     ``episodes`` games of ``env`` (default: the config's env and options)."""
-    if walkthrough and config.plane == "token":
-        raise ValueError(
-            "--walkthrough reads a policy's distribution over the menu of legal actions: "
-            "the decision or scoring plane, not the token plane (free text)"
-        )
     import torch
 
     from rlid.hardware import Precision
@@ -153,7 +154,7 @@ def _play(
     env_list = [envs_pkg.make(env_id, **options) for _ in range(min(episodes, 16))]
     with torch.no_grad():
         if walkthrough:
-            menu_policy = cast("MenuPolicy", policy)  # not the token plane: checked above
+            menu_policy = cast("MenuPolicy", policy)  # not the token plane: checked first
             stats = follow_walkthroughs(
                 menu_policy, env_list, episodes, interface=config.interface, seed=seed
             )
