@@ -67,23 +67,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if (args.run is None) == (args.model is None):
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
+    common = dict(split=args.split, greedy=not args.sample, seed=args.seed,
+                  walkthrough=args.walkthrough)  # fmt: skip
     if args.run is not None:
         extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane),
                  ("--setting", args.setting), ("--arm", args.arm)) if value is not None]  # fmt: skip
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --model; a run has its own config")
         episodes = 32 if args.episodes is None else args.episodes
-        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed,
-                      walkthrough=args.walkthrough)  # fmt: skip
         stats = evaluate_run(
             Path(args.run), env=args.env, env_options=parse_option_strings(args.env_option),
-            **common,
+            episodes=episodes, **common,
         )  # fmt: skip
     else:
         config, episodes = model_eval_config(args)
-        common = dict(split=args.split, episodes=episodes, greedy=not args.sample, seed=args.seed,
-                      walkthrough=args.walkthrough)  # fmt: skip
-        stats = evaluate_model(config, **common)
+        stats = evaluate_model(config, episodes=episodes, **common)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
