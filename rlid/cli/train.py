@@ -85,8 +85,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
+        width = max(map(len, stats), default=0)  # keys right-aligned, values in one column
         for key, value in stats.items():
-            print(f"{key:>18}: {value:.3f}" if isinstance(value, float) else f"{key:>18}: {value}")
+            shown = f"{value:.3f}" if isinstance(value, float) else value
+            print(f"{key:>{width}}: {shown}")
     return 0
 
 
