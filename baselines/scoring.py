@@ -53,9 +53,9 @@ from rlid.policy import (
     ValueHead,
     chunks,
     decision_temperatures,
+    draw_rows,
     fit_to_context,
     join_chunks,
-    sample_rows,
 )
 from rlid.protocols import CausalLM
 from rlid.readout import context_limit
@@ -182,12 +182,9 @@ class ScoringPolicy:
                     for part in chunks(len(prompt_ids), self.micro_batch_size)
                 ]
             )
-            chosen = sample_rows(logp, generator=generator, greedy=greedy)
-            values = (
-                self.value_head(hidden) if self.value_head is not None else torch.zeros(len(infos))
+            chosen, values, entropy = draw_rows(
+                logp, hidden, self.value_head, generator=generator, greedy=greedy
             )
-            probs = logp.exp()
-            entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
         decisions = []
         for b, legal in enumerate(actions):
             c = int(chosen[b])

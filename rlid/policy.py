@@ -91,6 +91,25 @@ def sample_rows(logp: torch.Tensor, *, generator: torch.Generator, greedy: bool)
     return rows.to(logp.device)
 
 
+def draw_rows(
+    logp: torch.Tensor,
+    hidden: torch.Tensor,
+    value_head: ValueHead | None,
+    *,
+    generator: torch.Generator,
+    greedy: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows a menu policy acts on, from the behaviour log-probs (B, K), -inf padded:
+    ``(chosen, values, entropy)``, each (B,): the sampled (or greedy) row, V(s) from
+    the value head on ``hidden`` (zeros without one) and the exact entropy of the rows.
+    """
+    chosen = sample_rows(logp, generator=generator, greedy=greedy)
+    values = value_head(hidden) if value_head is not None else torch.zeros(len(logp))
+    probs = logp.exp()
+    entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
+    return chosen, values, entropy
+
+
 def fit_to_context(
     encode_step: Callable[[int, str | None, Interface], T],
     memory_texts: list[str | None],
@@ -253,12 +272,9 @@ class DecisionPolicy:
                     for part in chunks(len(prompt_ids), self.micro_batch_size)
                 ]
             )
-            chosen = sample_rows(logp, generator=generator, greedy=greedy)
-            values = (
-                self.value_head(hidden) if self.value_head is not None else torch.zeros(len(menus))
+            chosen, values, entropy = draw_rows(
+                logp, hidden, self.value_head, generator=generator, greedy=greedy
             )
-            probs = logp.exp()
-            entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
         decisions = []
         for b, menu in enumerate(menus):
             c = int(chosen[b])
