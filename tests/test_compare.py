@@ -240,6 +240,9 @@ def test_every_arm_stops_at_the_same_budget_and_differences_come_first(tmp_path)
     # every run was trained by this process's code: one line, no warning
     assert [g["runs"] for g in results["software"]] == [[r.name for r in compare.runs()]]
     assert f"Trained by: rlid {rlid.__version__}" in report and "different versions" not in report
+    # ... and started from the same weights: one group, no warning
+    assert [g["runs"] for g in results["start_weights"]] == [[r.name for r in compare.runs()]]
+    assert "was not the same in every run" not in report
     assert "show_legal_to_token_plane" in report.split("## Arms")[0]
     assert "## Aggregates across seeds and envs (rliable-style)" in report
     poi = results["aggregates"]["success"]["probability_of_improvement"]
@@ -274,6 +277,36 @@ def test_the_report_warns_when_its_runs_were_trained_by_different_code():
     assert "- rlid 0.2.0 (commit 2222222): 1 run(s): a-seed1" in text
     one = "\n".join(_software_section(software_groups(runs[:1])))
     assert one.startswith("Trained by: rlid 0.2.0 (commit 1111111) (every run).")
+
+
+def test_the_report_warns_when_one_model_name_started_runs_from_different_weights():
+    from rlid.compare.report import start_weight_groups
+    from rlid.compare.text import _start_weights_section
+
+    tiny = {"model": "tiny", "origin": "warm", "path": "/cache/tiny-warm"}
+    runs = [
+        {"name": "a-seed0", "start_model": {**tiny, "sha256": "12b798" + "0" * 58}},
+        {"name": "a-seed1", "start_model": {**tiny, "sha256": "322339" + "0" * 58}},
+        {"name": "a-seed2", "start_model": {**tiny, "sha256": "12b798" + "0" * 58}},
+        {"name": "b-seed0", "start_model": {"model": "runs/bc", "origin": "local",
+                                            "path": "/x/runs/bc", "sha256": "ab" * 32}},
+        {"name": "c-seed0", "start_model": {"model": "tiny-random", "origin": "fresh",
+                                            "path": None, "sha256": None}},
+        {"name": "old-seed0", "start_model": None},  # recorded before start_model existed
+    ]  # fmt: skip
+    groups = start_weight_groups(runs)
+    assert [(g["model"], g["runs"]) for g in groups] == [
+        ("runs/bc", ["b-seed0"]),
+        ("tiny", ["a-seed0", "a-seed2"]),
+        ("tiny", ["a-seed1"]),
+        ("tiny-random", ["c-seed0"]),
+    ]
+    text = "\n".join(_start_weights_section(groups))
+    # only `tiny` is warned about: two weights under one name; another model is not a warning
+    assert text.count("was not the same in every run") == 1 and "`tiny`" in text
+    assert "- weights sha256 12b798000000: 2 run(s): a-seed0, a-seed2" in text
+    assert "- weights sha256 322339000000: 1 run(s): a-seed1" in text
+    assert _start_weights_section(start_weight_groups([runs[0], runs[2], runs[3]])) == []
 
 
 def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch):

@@ -49,6 +49,7 @@ def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
         "dir": str(Path("runs") / run.name),
         "model_origin": evals.get("model_origin"),
         "software": run_software(run_dir),
+        "start_model": (rundir.read_json(run_dir / "config.json") or {}).get("start_model"),
         "iterations": len(rows),
         "final_budget": final,
         "heldout": heldout,
@@ -62,6 +63,21 @@ def software_groups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for run in runs:
         groups.setdefault("; then ".join(run["software"]), []).append(run["name"])
     return [{"software": k, "runs": v} for k, v in sorted(groups.items())]
+
+
+def start_weight_groups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs grouped by the weights their starting model resolved to (``config.json``'s
+    ``start_model``: a name such as ``tiny`` and the sha256 of its weight files). One
+    name with several hashes means the runs did not start from the same model (a warm
+    start rebuilt on another machine, a directory replaced). Runs that record no
+    starting model (older runs) are left out."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for run in runs:
+        pin = run.get("start_model")
+        if pin:
+            key = (str(pin.get("model")), str(pin.get("sha256") or "fresh"))
+            groups.setdefault(key, []).append(run["name"])
+    return [{"model": m, "sha256": h, "runs": v} for (m, h), v in sorted(groups.items())]
 
 
 def _interval(values: list[float]) -> dict[str, float] | None:
@@ -199,6 +215,7 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
         },
         "model_origins": sorted({str(r["model_origin"]) for r in runs}),
         "software": software_groups(runs),
+        "start_weights": start_weight_groups(runs),
         "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
         "envs": envs,
     }

@@ -54,6 +54,26 @@ def _software_section(groups: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _start_weights_section(groups: list[dict[str, Any]]) -> list[str]:
+    """A warning when one starting model name resolved to different weights across runs."""
+    hashes: dict[str, list[dict[str, Any]]] = {}
+    for group in groups:
+        hashes.setdefault(group["model"], []).append(group)
+    lines: list[str] = []
+    for model, found in hashes.items():
+        if len(found) < 2:
+            continue
+        lines += [f"**The starting model `{model}` was not the same in every run**: it resolved "
+                  f"to {len(found)} different sets of weights (a warm start rebuilt elsewhere "
+                  "gives other weights), so their runs start from different policies:", ""]  # fmt: skip
+        for group in found:
+            names = group["runs"]
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            lines.append(f"- weights sha256 {group['sha256'][:12]}: {len(names)} run(s): {shown}")
+        lines.append("")
+    return lines
+
+
 def format_report(results: dict[str, Any]) -> str:
     comp = results["comparison"]
     budget = comp["budget"]
@@ -69,6 +89,7 @@ def format_report(results: dict[str, Any]) -> str:
         "",
     ]
     lines += _software_section(results.get("software") or [])
+    lines += _start_weights_section(results.get("start_weights") or [])
     lines += _interface_section(results)
     lines += _arms_section(comp)
     lines += _suite_section(results)
