@@ -67,6 +67,8 @@ from menus.prompt import (
 )
 from menus.tokens import encode
 from rlid.runs.lock import RunLock
+from rlid.runs.pin import weights_hash
+from rlid.runs.software import software_record
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
@@ -833,6 +835,10 @@ def _pretrain_locked(
         "seconds": spent + time.perf_counter() - t0,
         "resumed_at_step": start,
         "path": str(target),
+        # what wrote these weights: the same recipe on another float path (CPU kernel
+        # level, torch / transformers build) writes other weights
+        "sha256": weights_hash(target),
+        "software": software_record(),
     }
     (target / "pretrain.json").write_text(json.dumps(info, indent=2))
     return info
