@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-KEYS = ("success", "return", "entropy", "loss", "approx_kl", "episode_length")
+KEYS = ("success", "return", "rollout_entropy", "entropy", "loss", "approx_kl", "episode_length")
 
 
 def rows(path: Path) -> list[dict]:
