@@ -568,7 +568,7 @@ def test_a_reference_another_process_evaluates_is_left_to_it(tmp_path, hold_lock
 
 
 def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock, capsys):
-    from rlid.compare.status import comparison_status
+    from rlid.compare.status import comparison_status, format_status
     from rlid.runs import dir as rundir
 
     path = tmp_path / "c.toml"
@@ -607,6 +607,17 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     run_dir.mkdir()
     rundir.write_json(run_dir / "config.json", {"config": {}})  # started, then stopped
     assert comparison_status(compare, out)[1]["state"] == "stopped"
+    assert comparison_status(compare, out)[1]["last_eval"] is None  # no evaluation yet
+    # evaluated along training (eval_every): the latest held-out success is shown
+    cur = compare.currency
+    rows_along = [{"budget": {cur: 10}, "eval": {"success": 0.5}}, {"budget": {cur: 20}},
+                  {"budget": {cur: 30}, "eval": {"success": 0.25}}, {"budget": {cur: 40}}]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_along))
+    stopped = comparison_status(compare, out)
+    assert stopped[1]["last_eval"] == {"success": 0.25, "at": 30} and stopped[1]["spent"] == 40
+    assert stopped[0]["last_eval"] is None  # a finished run shows its final evaluation
+    assert "(0.25 at 30)" in format_status(stopped, cur)
+    (run_dir / "metrics.jsonl").unlink()
     (run_dir / "config.json").unlink()
     run_dir.rmdir()
     assert files() == before  # read only

@@ -20,6 +20,11 @@ from rlid.runs.lock import recorded_holder
 def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]:
     """One row per run: name, state, holder, budget spent, iterations, success, seconds.
 
+    ``success`` is a finished run's held-out success after training; ``last_eval``, for
+    a run not finished yet, its latest held-out evaluation along training (``eval_every``
+    rows of ``metrics.jsonl``: ``{"success", "at"}``, ``at`` in the budget's currency),
+    else None.
+
     ``state`` is ``finished`` (held-out "after" evaluated), ``training`` (a live
     process holds its claim), ``stopped`` (started, unfinished, unclaimed: the
     next ``rlid compare`` resumes it) or ``new``. ``missing_model`` names the model
@@ -45,6 +50,12 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
             elif state == "started":
                 state = "stopped"
         spent = metrics[-1]["budget"].get(compare.currency, 0) if metrics else 0
+        last_eval = None  # an unfinished run's latest held-out evaluation (eval_every)
+        if state != "finished":
+            row = next((m for m in reversed(metrics) if "eval" in m), None)
+            if row is not None:
+                at = row["budget"].get(compare.currency, 0)
+                last_eval = {"success": row["eval"].get("success"), "at": at}
         missing_model = ""
         if state in ("stopped", "new"):
             try:
@@ -60,6 +71,7 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
                 "budget": compare.amount,
                 "iterations": len(metrics),
                 "success": success,
+                "last_eval": last_eval,
                 "seconds": float(ledger.get(run.name, {}).get("seconds", 0.0)),
                 "missing_model": missing_model,
             }
@@ -72,13 +84,17 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
     header = ["run", "state", currency, "iterations", "success after", "seconds", "trained by"]
     table = [header]
     for r in rows:
+        shown = "" if r["success"] is None else f"{r['success']:.2f}"
+        last = r.get("last_eval")
+        if last is not None and last["success"] is not None:  # not finished: the latest so far
+            shown = f"({last['success']:.2f} at {_number(last['at'])})"
         table.append(
             [
                 r["run"],
                 r["state"] + (" (no model)" if r["missing_model"] else ""),
                 f"{_number(r['spent'])} / {_number(r['budget'])}",
                 str(r["iterations"]),
-                "" if r["success"] is None else f"{r['success']:.2f}",
+                shown,
                 f"{r['seconds']:.0f}" if r["seconds"] else "",
                 r["holder"],
             ]
