@@ -29,7 +29,9 @@ LATER = {"coin-level10", "simple-dense"}
 def main() -> None:
     fig, axes = plt.subplots(1, len(FLOORS), figsize=(4.2 * len(FLOORS), 3.6), sharey=True)
     for ax, (setting, floor) in zip(axes, FLOORS.items()):
-        for run in sorted((HERE / "runs").glob(f"decision-ppo-{setting}-seed*")):
+        found = [*(HERE / "runs").glob(f"decision-ppo-{setting}-seed*"),
+                 *(HERE / "stopped").glob(f"decision-ppo-{setting}-seed*")]  # fmt: skip
+        for run in sorted(found):
             lines = (run / "metrics.jsonl").read_text().splitlines()
             rows = [json.loads(line) for line in lines]
             evals = json.loads((run / "eval.json").read_text())
