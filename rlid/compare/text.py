@@ -38,6 +38,12 @@ def _names(arms: list[str] | None) -> str:
     return " = ".join(arms) + (" (tie)" if len(arms) > 1 else "")
 
 
+def _some_runs(names: list[str]) -> str:
+    """``N run(s): a, b, ...``, naming the first six."""
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{len(names)} run(s): {shown}"
+
+
 def _software_section(groups: list[dict[str, Any]]) -> list[str]:
     """Which code trained the runs; a warning when it was not the same for all."""
     if len(groups) == 1:
@@ -48,9 +54,7 @@ def _software_section(groups: list[dict[str, Any]]) -> list[str]:
              "(or libraries, or CPU float paths: the same seed then gives another run); "
              "compare them with care:", ""]  # fmt: skip
     for group in groups:
-        names = group["runs"]
-        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-        lines.append(f"- {group['software']}: {len(names)} run(s): {shown}")
+        lines.append(f"- {group['software']}: {_some_runs(group['runs'])}")
     return [*lines, ""]
 
 
@@ -67,9 +71,7 @@ def _start_weights_section(groups: list[dict[str, Any]]) -> list[str]:
                   f"to {len(found)} different sets of weights (a warm start rebuilt elsewhere "
                   "gives other weights), so their runs start from different policies:", ""]  # fmt: skip
         for group in found:
-            names = group["runs"]
-            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            lines.append(f"- weights sha256 {group['sha256'][:12]}: {len(names)} run(s): {shown}")
+            lines.append(f"- weights sha256 {group['sha256'][:12]}: {_some_runs(group['runs'])}")
         lines.append("")
     return lines
 
