@@ -19,7 +19,7 @@ from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.curves import curves_for, plot_currency, plot_heldout
 from rlid.compare.stats import bootstrap_mean
 from rlid.runs import dir as rundir
-from rlid.runs.summary import run_software
+from rlid.runs.summary import run_config, run_software
 
 HELDOUT_METRICS = ("success", "return", "normalized_score", "episode_length", "invalid_rate")
 BOOTSTRAP_SEED = 0
@@ -41,6 +41,7 @@ def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
     if separate.exists():  # held-out options differ from training: evaluated separately
         heldout = {"before": None, **rundir.read_json(separate)}
     final = rows[-1]["budget"] if rows else Budget().to_dict()
+    config = run_config(run_dir)
     return {
         "name": run.name,
         "arm": run.arm,
@@ -48,8 +49,8 @@ def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
         "seed": run.seed,
         "dir": str(Path("runs") / run.name),
         "model_origin": evals.get("model_origin"),
-        "software": run_software(run_dir),
-        "start_model": (rundir.read_json(run_dir / "config.json") or {}).get("start_model"),
+        "software": run_software(run_dir, config),
+        "start_model": config.get("start_model"),
         "iterations": len(rows),
         "final_budget": final,
         "heldout": heldout,

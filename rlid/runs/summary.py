@@ -82,11 +82,18 @@ def describe_model_origin(model: str, origin: str | None) -> str:
     return f"`{model}`: {text}"
 
 
-def run_software(run_dir: Path) -> list[str]:
-    """The code that trained a run, as text: at its start, then at each resume by other
-    code (``config.json``'s ``software`` and ``resumed_with``)."""
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.json`` as written (empty for a run directory without one)."""
     path = Path(run_dir) / "config.json"
-    raw = rundir.read_json(path) if path.exists() else {}
+    return (rundir.read_json(path) or {}) if path.exists() else {}
+
+
+def run_software(run_dir: Path, raw: dict[str, Any] | None = None) -> list[str]:
+    """The code that trained a run, as text: at its start, then at each resume by other
+    code (``config.json``'s ``software`` and ``resumed_with``; pass ``raw``, the config
+    already read, to spare a second read)."""
+    if raw is None:
+        raw = run_config(run_dir)
     found = [describe_software(raw.get("software"))]
     for resume in raw.get("resumed_with") or []:
         found.append(
