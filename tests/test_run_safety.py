@@ -710,3 +710,24 @@ def test_a_run_records_the_code_that_trained_it_and_each_resume_by_other_code(
     assert raw["resumed_with"] == [{"after_iteration": iteration, "software": other}]
     summary = (run / "summary.md").read_text()
     assert "then rlid 9.9.9" in summary and f"(resumed after iteration {iteration})" in summary
+
+
+def test_run_software_reads_the_config_once_or_takes_it_read(tmp_path: Path) -> None:
+    from rlid.runs.software import describe_software
+    from rlid.runs.summary import run_config, run_software
+
+    assert run_config(tmp_path) == {}  # no config.json: nothing recorded, no error
+    assert run_software(tmp_path) == ["not recorded"]
+    start = {"rlid": "0.3.0", "python": "3.11.7", "torch": "2.13.0"}
+    later = {**start, "rlid": "9.9.9"}
+    raw = {"software": start, "resumed_with": [{"after_iteration": 4, "software": later}]}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert run_config(tmp_path) == raw
+    expected = [
+        describe_software(start),
+        f"{describe_software(later)} (resumed after iteration 4)",
+    ]
+    assert expected[0].startswith("rlid 0.3.0") and expected[1].startswith("rlid 9.9.9")
+    assert run_software(tmp_path) == expected
+    # a config already read is used as given (the file is not read again)
+    assert run_software(tmp_path / "absent", raw) == expected
