@@ -712,12 +712,12 @@ def test_a_run_records_the_code_that_trained_it_and_each_resume_by_other_code(
     assert "then rlid 9.9.9" in summary and f"(resumed after iteration {iteration})" in summary
 
 
-def test_run_software_reads_the_config_once_or_takes_it_read(tmp_path: Path) -> None:
+def test_run_software_describes_a_run_config_read_once(tmp_path: Path) -> None:
     from rlid.runs.software import describe_software
     from rlid.runs.summary import run_config, run_software
 
     assert run_config(tmp_path) == {}  # no config.json: nothing recorded, no error
-    assert run_software(tmp_path) == ["not recorded"]
+    assert run_software(run_config(tmp_path)) == ["not recorded"]
     start = {"rlid": "0.3.0", "python": "3.11.7", "torch": "2.13.0"}
     later = {**start, "rlid": "9.9.9"}
     raw = {"software": start, "resumed_with": [{"after_iteration": 4, "software": later}]}
@@ -728,6 +728,6 @@ def test_run_software_reads_the_config_once_or_takes_it_read(tmp_path: Path) -> 
         f"{describe_software(later)} (resumed after iteration 4)",
     ]
     assert expected[0].startswith("rlid 0.3.0") and expected[1].startswith("rlid 9.9.9")
-    assert run_software(tmp_path) == expected
-    # a config already read is used as given (the file is not read again)
-    assert run_software(tmp_path / "absent", raw) == expected
+    assert run_software(run_config(tmp_path)) == expected
+    # it describes the config it is given (read once by the caller), not a file
+    assert run_software(raw) == expected

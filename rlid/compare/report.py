@@ -49,7 +49,7 @@ def load_run(out: Path, run: RunSpec) -> dict[str, Any]:
         "seed": run.seed,
         "dir": str(Path("runs") / run.name),
         "model_origin": evals.get("model_origin"),
-        "software": run_software(run_dir, config),
+        "software": run_software(config),
         "start_model": config.get("start_model"),
         "iterations": len(rows),
         "final_budget": final,

@@ -88,12 +88,9 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     return (rundir.read_json(path) or {}) if path.exists() else {}
 
 
-def run_software(run_dir: Path, raw: dict[str, Any] | None = None) -> list[str]:
+def run_software(raw: dict[str, Any]) -> list[str]:
     """The code that trained a run, as text: at its start, then at each resume by other
-    code (``config.json``'s ``software`` and ``resumed_with``; pass ``raw``, the config
-    already read, to spare a second read)."""
-    if raw is None:
-        raw = run_config(run_dir)
+    code (``software`` and ``resumed_with`` of its ``config.json``, ``run_config``)."""
     found = [describe_software(raw.get("software"))]
     for resume in raw.get("resumed_with") or []:
         found.append(
@@ -104,7 +101,7 @@ def run_software(run_dir: Path, raw: dict[str, Any] | None = None) -> list[str]:
 
 
 def software_lines(run_dir: Path) -> list[str]:
-    return ["trained by " + "; then ".join(run_software(run_dir)), ""]
+    return ["trained by " + "; then ".join(run_software(run_config(run_dir))), ""]
 
 
 def _episode_weight(config: Any) -> str:
