@@ -57,7 +57,9 @@ def main() -> None:
     name = "decision-ppo-{env}-seed{seed}"
 
     print("## Float paths, per seed\n")
-    print("| setting | seed | recorded | AVX512 (today) | AVX2 (today) | first differing iteration / iterations |")
+    print(
+        "| setting | seed | recorded | AVX512 (today) | AVX2 (today) | first differing iteration / iterations |"
+    )
     print("|---|---|---|---|---|---|")
     for env in envs:
         for seed in SEEDS:
@@ -66,8 +68,10 @@ def main() -> None:
             if not b.exists():
                 continue
             split, n = first_difference(b, a)
-            print(f"| {env} | {seed} | {rec[(env, seed)]:.2f} | {after(a):.2f} | {after(b):.2f} "
-                  f"| {split or 'none'} / {n} |")
+            print(
+                f"| {env} | {seed} | {rec[(env, seed)]:.2f} | {after(a):.2f} | {after(b):.2f} "
+                f"| {split or 'none'} / {n} |"
+            )
 
     print("\n## Pooled\n")
     print("| setting | recorded | AVX512 (today) | AVX2 (today) | both re-runs (6) |")
@@ -78,8 +82,12 @@ def main() -> None:
         b = [after(HERE / "avx2" / "runs" / name.format(env=env, seed=s)) for s in SEEDS]
         a = [x for x in a if x is not None]
         b = [x for x in b if x is not None]
-        cells = [interval(r), interval(a) if a else "-", interval(b) if b else "-",
-                 interval(a + b) if b else "-"]
+        cells = [
+            interval(r),
+            interval(a) if a else "-",
+            interval(b) if b else "-",
+            interval(a + b) if b else "-",
+        ]
         print(f"| {env} | " + " | ".join(cells) + " |")
 
     print("\n## Episode weighting\n")
@@ -105,8 +113,10 @@ def main() -> None:
         if None in la + lb + ea + eb:
             continue
         fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
-        print(f"| {env} | {fmt(la)}; {fmt(lb)} | {fmt(ea)}; {fmt(eb)} | {interval(la + lb)} "
-              f"| {interval(ea + eb)} |")
+        print(
+            f"| {env} | {fmt(la)}; {fmt(lb)} | {fmt(ea)}; {fmt(eb)} | {interval(la + lb)} "
+            f"| {interval(ea + eb)} |"
+        )
 
 
 if __name__ == "__main__":
