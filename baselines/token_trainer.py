@@ -67,6 +67,7 @@ from rlid.policy import chunks
 from rlid.ppo import minibatches
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
+from rlid.runs.stop import StopSignals
 from rlid.trainer import (
     begin_run,
     close_envs,
@@ -506,55 +507,56 @@ def train_token(
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
-    while budget.get(config.budget_currency) < config.steps:
-        iteration += 1
-        t0 = time.perf_counter()
-        spent_before = budget.to_dict()
-        rng, _ = iteration_rngs(config.seed, iteration)
+    with StopSignals() as stop:  # SIGTERM / Ctrl-C: checkpoint this iteration, then stop
+        while budget.get(config.budget_currency) < config.steps:
+            iteration += 1
+            t0 = time.perf_counter()
+            spent_before = budget.to_dict()
+            rng, _ = iteration_rngs(config.seed, iteration)
 
-        # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
-        result = rollout(
-            policy, train_envs, config, iteration, budget=budget, timers=timers, world=world
-        )
+            # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
+            result = rollout(
+                policy, train_envs, config, iteration, budget=budget, timers=timers, world=world
+            )
 
-        # 2. advantages: the episode's group advantage on every token it generated
-        completions, advantages = token_advantages(result.kept, config)
-        if ref_model is not None:
-            attach_reference_logprobs(
-                ref_model, completions, pad_id=pad_id,
-                chunk=config.micro_batch_size or config.minibatch_size,
+            # 2. advantages: the episode's group advantage on every token it generated
+            completions, advantages = token_advantages(result.kept, config)
+            if ref_model is not None:
+                attach_reference_logprobs(
+                    ref_model, completions, pad_id=pad_id,
+                    chunk=config.micro_batch_size or config.minibatch_size,
+                )  # fmt: skip
+
+            # 3. update (minibatches over the global completion list)
+            counts: dict[int, int] = {}
+            for e in result.kept:
+                counts[e.group] = counts.get(e.group, 0) + e.length
+            groups = config.groups_per_iter * config.max_gen_batches
+            owner = dist_.global_index(counts, groups, world)
+            filler = next((g for e in result.generated for g in e.decisions), None)
+            if filler is not None and config.beta > 0:  # scored with weight 0: any reference
+                filler.extra.setdefault("logp_ref", list(filler.logp_old))
+            with parallel.update() as train_model:
+                update = token_update(
+                    train_model, completions, advantages, config=config, optimizer=optimizer,
+                    rng=rng, pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
+                    autocast=precision.autocast, world=world, owner=owner, parallel=parallel,
+                    filler=filler,
+                )  # fmt: skip
+
+            # 4. logging, evaluation, checkpoint (statistics over all ranks)
+            budget.wall_time += time.perf_counter() - t0
+            dist_.reduce_budget(budget, spent_before, world)
+            stats, _ = gathered_episode_stats(result.generated, world)
+            row = {"iteration": iteration, **stats, **update}
+            row.update(sample_stats(result, config, world))
+            end_iteration(
+                log, row, config=config, iteration=iteration, budget=budget, timers=timers,
+                eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
+                checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
+                                optimizer=optimizer),
+                world=world, parallel=parallel, stop=stop,
             )  # fmt: skip
-
-        # 3. update (minibatches over the global completion list)
-        counts: dict[int, int] = {}
-        for e in result.kept:
-            counts[e.group] = counts.get(e.group, 0) + e.length
-        groups = config.groups_per_iter * config.max_gen_batches
-        owner = dist_.global_index(counts, groups, world)
-        filler = next((g for e in result.generated for g in e.decisions), None)
-        if filler is not None and config.beta > 0:  # scored with weight 0: any reference
-            filler.extra.setdefault("logp_ref", list(filler.logp_old))
-        with parallel.update() as train_model:
-            update = token_update(
-                train_model, completions, advantages, config=config, optimizer=optimizer,
-                rng=rng, pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
-                autocast=precision.autocast, world=world, owner=owner, parallel=parallel,
-                filler=filler,
-            )  # fmt: skip
-
-        # 4. logging, evaluation, checkpoint (statistics over all ranks)
-        budget.wall_time += time.perf_counter() - t0
-        dist_.reduce_budget(budget, spent_before, world)
-        stats, _ = gathered_episode_stats(result.generated, world)
-        row = {"iteration": iteration, **stats, **update}
-        row.update(sample_stats(result, config, world))
-        end_iteration(
-            log, row, config=config, iteration=iteration, budget=budget, timers=timers,
-            eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
-            checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
-                            optimizer=optimizer),
-            world=world, parallel=parallel,
-        )  # fmt: skip
     finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)
     return log

@@ -35,7 +35,11 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 def _worker(conn: Connection, env_id: str, options: dict[str, Any], count: int) -> None:
     """Worker loop: ("reset", [(local, seed)]) | ("step", [(local, action)]) | ("close",)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C and SIGTERM (a cluster stopping the job: sent to every process) are the
+    # parent's to handle: it finishes its iteration with these workers, checkpoints and
+    # exits (rlid.runs.stop); a worker ends when its pipe closes
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     import envs as envs_pkg
 
     try:
@@ -74,10 +78,7 @@ def _shutdown(processes: list[Any], conns: list[Connection]) -> None:
             conn.send(("close",))
     for proc in processes:
         proc.join(timeout=2)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=2)
-        if proc.is_alive():  # pragma: no cover - a worker stuck in C code
+        if proc.is_alive():  # pragma: no cover - stuck in C code (SIGTERM it ignores)
             proc.kill()
             proc.join()
     for conn in conns:

@@ -96,8 +96,13 @@ def run_training(
     if config is None:
         raise ValueError("a config is required to start a new run")
     from rlid import distributed
+    from rlid.runs.stop import RunStopped
 
-    log = get_plane(config.plane).train(config, out, resume=resume, progress=progress)
+    try:
+        log = get_plane(config.plane).train(config, out, resume=resume, progress=progress)
+    except RunStopped:
+        distributed.release()  # every rank stopped after the same iteration: a clean exit
+        raise
     distributed.release()  # the process group the trainer joined, before the process ends
     return log
 

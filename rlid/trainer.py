@@ -20,6 +20,7 @@ update -> logging/checkpoint. Departures from textbook PPO, and why:
 from __future__ import annotations
 
 import copy
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,7 @@ from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog
+from rlid.runs.stop import RunStopped, StopSignals
 
 EVAL_SEED_BASE = 7_000_000  # held-out evaluation resets: the same games before and after
 FILLER = np.zeros(1, dtype=np.int64)  # a filler micro-step scores the rank's first decision
@@ -611,11 +613,14 @@ def end_iteration(
     checkpoint: dict[str, Any],
     world: World = dist_.SINGLE,
     parallel: dist_.Parallel | None = None,
+    stop: StopSignals | None = None,
 ) -> None:
     """Log one iteration's row (time split, budget, optional eval) and checkpoint.
 
     ``budget`` is already the global one (``rlid.distributed.reduce_budget``); the time
-    split is the mean over ranks.
+    split is the mean over ranks. ``stop``: when any rank got SIGTERM / Ctrl-C
+    (:mod:`rlid.runs.stop`), every rank checkpoints this iteration and raises
+    :class:`RunStopped`.
     """
     row["time"] = dist_.mean_timers(timers.pop(), world)
     row["budget"] = budget.to_dict()
@@ -626,7 +631,8 @@ def end_iteration(
         )  # fmt: skip
     log.append_metrics(row)
     spent = budget.get(config.budget_currency)
-    if log.checkpoint_due(iteration, budget):
+    stopping = stop is not None and dist_.any_rank(stop.requested, world)
+    if stopping or log.checkpoint_due(iteration, budget):
         rng_states = dist_.gather_objects(rng_state(), world)
         model_state, optimizer_state = (
             parallel.full_state(checkpoint["optimizer"]) if parallel else (None, None)
@@ -637,6 +643,11 @@ def end_iteration(
         )  # fmt: skip
     bar.advance_to(spent)
     bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
+    if stopping:
+        assert stop is not None
+        bar.close()
+        log.close()  # the lock: the resume finds a clean directory
+        raise RunStopped(log.path, iteration, stop.signum or signal.SIGTERM)
 
 
 def finish_run(
@@ -725,58 +736,59 @@ def train(
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
-    while budget.get(config.budget_currency) < config.steps:
-        iteration += 1
-        t0 = time.perf_counter()
-        spent_before = budget.to_dict()
-        rng, _ = iteration_rngs(config.seed, iteration)
+    with StopSignals() as stop:  # SIGTERM / Ctrl-C: checkpoint this iteration, then stop
+        while budget.get(config.budget_currency) < config.steps:
+            iteration += 1
+            t0 = time.perf_counter()
+            spent_before = budget.to_dict()
+            rng, _ = iteration_rngs(config.seed, iteration)
 
-        # 1. rollout: groups_per_iter games (this rank's share), each played group_size times
-        seeds, groups = make_reset_seeds(config, iteration)
-        episodes = play_groups(
-            train_envs, policy, seeds, groups, config=config, iteration=iteration, world=world,
-            budget=budget, timers=timers,
-        )  # fmt: skip
-        if ref_policy is not None:
-            for e in episodes:
-                for part in chunks(len(e.decisions), config.micro_batch_size):
-                    with torch.no_grad():
-                        logp_ref, _, _ = ref_policy.score(e.decisions[part])
-                    for d, row in zip(e.decisions[part], logp_ref):
-                        d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
-
-        # 2. advantages
-        decisions, advantages, targets = compute_advantages(episodes, config)
-
-        # 3. PPO update (minibatches over the global decision list)
-        counts = {g: 0 for g in world.my_groups(config.groups_per_iter)}
-        for e in episodes:
-            counts[e.group] += e.length
-        owner = dist_.global_index(counts, config.groups_per_iter, world)
-        with parallel.update(policy):  # policy.model: the wrapped model, for this block
-            update = ppo_update(
-                policy, decisions, advantages, targets, config=config, optimizer=optimizer,
-                params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
-                world=world, owner=owner, parallel=parallel,
+            # 1. rollout: groups_per_iter games (this rank's share), each played group_size times
+            seeds, groups = make_reset_seeds(config, iteration)
+            episodes = play_groups(
+                train_envs, policy, seeds, groups, config=config, iteration=iteration, world=world,
+                budget=budget, timers=timers,
             )  # fmt: skip
+            if ref_policy is not None:
+                for e in episodes:
+                    for part in chunks(len(e.decisions), config.micro_batch_size):
+                        with torch.no_grad():
+                            logp_ref, _, _ = ref_policy.score(e.decisions[part])
+                        for d, row in zip(e.decisions[part], logp_ref):
+                            d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
 
-        # 4. logging, evaluation, checkpoint (statistics over all ranks)
-        budget.wall_time += time.perf_counter() - t0
-        dist_.reduce_budget(budget, spent_before, world)
-        stats, per_episode = gathered_episode_stats(
-            episodes, world, extra=lambda e: [(d.entropy, d.label_mass) for d in e.decisions]
-        )
-        rollout = [pair for pairs in per_episode for pair in pairs]
-        row = {"iteration": iteration, **stats, **update}
-        row["rollout_entropy"] = float(np.mean([h for h, _ in rollout]))
-        row["rollout_label_mass"] = float(np.mean([m for _, m in rollout]))
-        end_iteration(
-            log, row, config=config, iteration=iteration, budget=budget, timers=timers,
-            eval_policy=policy, eval_envs=eval_envs, bar=bar,
-            checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
-                            optimizer=optimizer),
-            world=world, parallel=parallel,
-        )  # fmt: skip
+            # 2. advantages
+            decisions, advantages, targets = compute_advantages(episodes, config)
+
+            # 3. PPO update (minibatches over the global decision list)
+            counts = {g: 0 for g in world.my_groups(config.groups_per_iter)}
+            for e in episodes:
+                counts[e.group] += e.length
+            owner = dist_.global_index(counts, config.groups_per_iter, world)
+            with parallel.update(policy):  # policy.model: the wrapped model, for this block
+                update = ppo_update(
+                    policy, decisions, advantages, targets, config=config, optimizer=optimizer,
+                    params=params, rng=rng, budget=budget, timers=timers, scaler=scaler,
+                    world=world, owner=owner, parallel=parallel,
+                )  # fmt: skip
+
+            # 4. logging, evaluation, checkpoint (statistics over all ranks)
+            budget.wall_time += time.perf_counter() - t0
+            dist_.reduce_budget(budget, spent_before, world)
+            stats, per_episode = gathered_episode_stats(
+                episodes, world, extra=lambda e: [(d.entropy, d.label_mass) for d in e.decisions]
+            )
+            rollout = [pair for pairs in per_episode for pair in pairs]
+            row = {"iteration": iteration, **stats, **update}
+            row["rollout_entropy"] = float(np.mean([h for h, _ in rollout]))
+            row["rollout_label_mass"] = float(np.mean([m for _, m in rollout]))
+            end_iteration(
+                log, row, config=config, iteration=iteration, budget=budget, timers=timers,
+                eval_policy=policy, eval_envs=eval_envs, bar=bar,
+                checkpoint=dict(model=model, tokenizer=tokenizer, value_head=value_head,
+                                optimizer=optimizer),
+                world=world, parallel=parallel, stop=stop,
+            )  # fmt: skip
     finish_run(log, bar, eval_policy=policy, eval_envs=eval_envs, config=config, world=world)
     close_envs(train_envs, eval_envs)
     return log

@@ -7,7 +7,8 @@ Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
 episodes of iteration 1 (per rank) and the first reduced gradient (rank 0), taken
 right before the first optimizer step -- after DDP's / FSDP2's reduction in the
 backward or the explicit one, whichever the run uses (sharded gradients gathered).
-With RLID_TEST_DIE_IN_BACKWARD=R, rank R exits (code 9) at its first backward.
+With RLID_TEST_DIE_IN_BACKWARD=R, rank R exits (code 9) at its first backward. A run
+stopped by SIGTERM exits with 143 (after recording that it left its group).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from baselines import token_trainer
 from rlid import hardware, trainer
 from rlid.config import TrainConfig
 from rlid.planes import run_training
+from rlid.runs.stop import RunStopped
 
 
 def main() -> int:
@@ -62,16 +64,21 @@ def main() -> int:
     trainer.play_groups = play
     token_trainer.play_groups = play
     hardware.Stepper.step = step  # type: ignore[method-assign]
-    if spec == "resume":
-        run_training(None, run_dir, resume=True, progress=False)
-    else:
-        run_training(
-            TrainConfig.from_record(json.loads(spec)), run_dir, resume=False, progress=False
-        )
+    code = 0
+    try:
+        if spec == "resume":
+            run_training(None, run_dir, resume=True, progress=False)
+        else:
+            run_training(
+                TrainConfig.from_record(json.loads(spec)), run_dir, resume=False, progress=False
+            )
+    except RunStopped as stopped:  # SIGTERM / Ctrl-C: as `rlid train` reports it
+        print(f"rank {rank}: {stopped}", file=sys.stderr)
+        code = stopped.exit_code
     # the group is gone before the process exits (left to the exit, gloo can abort there)
     left = {"initialized": torch.distributed.is_initialized()}
     (record / f"group_after_rank{rank}.json").write_text(json.dumps(left))
-    return 0
+    return code
 
 
 if __name__ == "__main__":

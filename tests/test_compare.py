@@ -359,6 +359,40 @@ def test_a_killed_comparison_continues_without_retraining(tmp_path, monkeypatch)
         compare_mod.run_comparison(changed, tmp_path, progress=False, say=lambda m: None)
 
 
+def test_a_comparison_stopped_by_sigterm_says_to_rerun_it_and_keeps_the_runs_time(
+    tmp_path, monkeypatch, capsys
+):
+    import signal
+
+    from rlid import trainer
+
+    data = tiny_comparison(arms={"decision": {"plane": "decision"}})
+    config = tmp_path / "c.toml"
+    config.write_text(to_toml(data))
+    out = tmp_path / "out"
+    real = trainer.ppo_update
+
+    def signalled(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # in iteration 1: a preemption notice
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "ppo_update", signalled)
+    argv = ["compare", "--config", str(config), "--out", str(out), "--quiet"]
+    assert cli_main(argv) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM after iteration 1, which is checkpointed" in err
+    assert "the same `rlid compare` command continues it" in err
+    (name,) = json.loads((out / "runs.json").read_text())
+    assert json.loads((out / "runs.json").read_text())[name]["seconds"] > 0
+    assert [r["iteration"] for r in read_metrics(out / "runs" / name)] == [1]
+
+    monkeypatch.setattr(trainer, "ppo_update", real)
+    assert cli_main(argv) == 0
+    ledger = json.loads((out / "runs.json").read_text())[name]
+    assert ledger["history"] == ["trained", "resumed"]
+    assert (out / "report.md").exists()
+
+
 def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
     from rlid.compare.run import check_existing_run, run_state
     from rlid.runs import dir as rundir

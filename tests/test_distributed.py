@@ -408,3 +408,37 @@ def test_resume_with_another_number_of_processes_is_refused(tmp_path, cache):
     errs = wait(procs)
     assert all(p.returncode != 0 for p in procs)
     assert "written by a run of 1 process(es) and this one has 2" in errs[0]
+
+
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_checkpointed_iteration(
+    tmp_path, cache
+):
+    # a preemption notice may reach one process first: the flag is all-reduced at each
+    # iteration's end, so both ranks checkpoint the same iteration, leave their group
+    # and exit 143; the resume then ends where an uninterrupted run does
+    cfg = config(steps=32, checkpoint_every=100)  # 4 iterations; no periodic checkpoint
+    run(2, tmp_path / "full", cfg, cache)
+
+    record = tmp_path / "rec"
+    procs = start(2, tmp_path / "stopped", record, json.dumps(cfg.to_dict()), cache)
+    deadline = time.monotonic() + TIMEOUT
+    while len(read_metrics(tmp_path / "stopped")) < 1:
+        assert time.monotonic() < deadline and procs[0].poll() is None, "run never got going"
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGTERM)
+    errs = wait(procs)
+    assert [p.returncode for p in procs] == [143, 143], errs
+    rows = read_metrics(tmp_path / "stopped")
+    iteration = json.loads((tmp_path / "stopped" / "checkpoint" / "state.json").read_text())[
+        "iteration"
+    ]
+    assert iteration == rows[-1]["iteration"] < 4
+    for rank in range(2):
+        assert f"rank {rank}: " in errs[rank] and "stopped by SIGTERM after iteration" in errs[rank]
+        left = json.loads((record / f"group_after_rank{rank}.json").read_text())
+        assert left == {"initialized": False}, rank
+
+    run(2, tmp_path / "stopped", None, cache)
+    a, b = params(tmp_path / "full"), params(tmp_path / "stopped")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

@@ -731,3 +731,112 @@ def test_run_software_describes_a_run_config_read_once(tmp_path: Path) -> None:
     assert run_software(run_config(tmp_path)) == expected
     # it describes the config it is given (read once by the caller), not a file
     assert run_software(raw) == expected
+
+
+# ------------------------------------------------- SIGTERM / Ctrl-C: checkpoint, then stop
+def test_stop_signals_defer_the_first_signal_and_stop_at_once_on_the_second(capsys):
+    import signal
+
+    from rlid.runs.stop import StopSignals
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with StopSignals() as stop:
+        assert not stop.requested
+        signal.raise_signal(signal.SIGINT)  # the process goes on
+        assert stop.requested and stop.signum == signal.SIGINT
+        assert "stopping after this iteration" in capsys.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # the second one: at once
+    assert {s: signal.getsignal(s) for s in before} == before
+
+    with StopSignals() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_stop_signals_outside_the_main_thread_leave_the_handlers_alone():
+    import signal
+    import threading
+
+    from rlid.runs.stop import StopSignals
+
+    seen = []
+
+    def body():
+        with StopSignals() as stop:
+            seen.append((signal.getsignal(signal.SIGTERM), stop.requested))
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [(signal.getsignal(signal.SIGTERM), False)]
+
+
+def test_sigterm_mid_iteration_checkpoints_that_iteration_and_resumes_to_the_same_run(
+    tmp_path, monkeypatch, untimed
+):
+    import signal
+
+    from rlid.runs.stop import RunStopped
+
+    config = small_config(checkpoint_every=100)  # no checkpoint but the stop's and the last
+    straight = trainer_mod.train(config, tmp_path / "straight", progress=False)
+    assert len(straight.metrics) >= 3
+    real_update, calls = trainer_mod.ppo_update, []
+
+    def signalled(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # in iteration 2's update, as a cluster preempting the job
+            signal.raise_signal(signal.SIGTERM)
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", signalled)
+    out = tmp_path / "stopped"
+    with pytest.raises(RunStopped) as stopped:
+        trainer_mod.train(config, out, progress=False)
+    assert stopped.value.iteration == 2 and stopped.value.exit_code == 128 + signal.SIGTERM
+    assert "after iteration 2, which is checkpointed" in str(stopped.value)
+    assert [r["iteration"] for r in rundir.read_metrics(out)] == [1, 2]
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == 2
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+    RunLock(out, "test").acquire().release()  # the stopped run released its directory
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    resumed = trainer_mod.train(None, out, resume=True, progress=False)
+    assert untimed(resumed.metrics) == untimed(straight.metrics)
+    a = load_policy_model(str(straight.checkpoint_model_dir()))[0].state_dict()
+    b = load_policy_model(str(resumed.checkpoint_model_dir()))[0].state_dict()
+    assert all(torch.equal(v, b[k]) for k, v in a.items())
+
+
+def test_rlid_train_stopped_by_sigterm_to_its_process_group_exits_143_with_a_checkpoint(
+    tmp_path,
+):
+    # as `scancel` does: SIGTERM to every process of the job, env workers included
+    import signal
+
+    out = tmp_path / "run"
+    flags = ["--model", "tiny-random", "--env", "keydoor", "--steps", "400",
+             "--groups-per-iter", "2", "--group-size", "2", "--epochs", "1",
+             "--eval-episodes", "1", "--threads", "1", "--memory", "none",
+             "--checkpoint-every", "1000", "--env-workers", "2", "--quiet"]  # fmt: skip
+    for k, v in TINY_ENV.items():
+        flags += ["-o", f"{k}={v}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlid", "train", *flags, "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if len(rundir.read_metrics(out)) >= 1:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM after iteration" in err and "Traceback" not in err, err
+    rows = rundir.read_metrics(out)
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert rows and state["iteration"] == rows[-1]["iteration"] < 400

@@ -233,6 +233,33 @@ class _Crash(Exception):
     pass
 
 
+def test_sigterm_stops_the_token_plane_after_a_checkpointed_iteration(
+    commanding_model, tmp_path, monkeypatch, untimed
+):
+    import signal
+
+    from baselines import token_trainer
+    from rlid.runs.stop import RunStopped
+
+    config = _config(commanding_model, steps=30, checkpoint_every=100)
+    straight = train_token(config, tmp_path / "a", progress=False)
+    real = token_trainer.token_update
+
+    def signalled(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # in iteration 1's update
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(token_trainer, "token_update", signalled)
+    with pytest.raises(RunStopped) as stopped:
+        train_token(config, tmp_path / "b", progress=False)
+    assert stopped.value.iteration == 1
+    state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 1
+    monkeypatch.setattr(token_trainer, "token_update", real)
+    resumed = train_token(None, tmp_path / "b", resume=True, progress=False)
+    assert untimed(resumed.metrics) == untimed(straight.metrics)
+
+
 def test_resume_replays_exactly(commanding_model, tmp_path, monkeypatch, untimed):
     config = _config(commanding_model, steps=30, checkpoint_every=1)
     straight = train_token(config, tmp_path / "a", progress=False)

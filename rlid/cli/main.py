@@ -23,6 +23,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from rlid.runs.stop import RunStopped  # standard library only: keeps `rlid --help` fast
+
 
 class UserError(Exception):
     """A mistake in the user's input: printed as one clear line, exit status 2."""
@@ -223,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
         return 130
+    except RunStopped as stopped:  # SIGTERM / Ctrl-C, after a checkpoint (rlid.runs.stop)
+        print(f"rlid {args.command}: {stopped}", file=sys.stderr)
+        return stopped.exit_code
     except BrokenPipeError:
         _silence_stdout()
         return 141  # as if killed by SIGPIPE, like other command-line tools

@@ -37,6 +37,7 @@ from rlid.planes import run_training
 from rlid.runs import dir as rundir
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
 from rlid.runs.log import read_run_config
+from rlid.runs.stop import RunStopped
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
@@ -280,6 +281,9 @@ def _train_or_reuse(
                 run_training(None, run_dir, resume=True, progress=progress)
             else:
                 run_training(run.config, run_dir, resume=False, progress=progress)
+        except RunStopped as stopped:  # SIGTERM / Ctrl-C, after a checkpoint
+            stopped.resume_with = "the same `rlid compare` command"
+            raise
         finally:
             event = "resumed" if state == "started" else "trained"
             seconds = _add_to_ledger(out, run.name, event, time.perf_counter() - start)

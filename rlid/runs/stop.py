@@ -1,0 +1,89 @@
+"""Stop a training run cleanly on SIGTERM or Ctrl-C: finish the iteration, checkpoint, exit.
+
+A cluster that preempts a job (SLURM, Kubernetes) sends SIGTERM and kills the process
+a grace period later; a user presses Ctrl-C. Without a handler either loses every
+iteration since the last checkpoint. Inside :class:`StopSignals` the first SIGTERM or
+SIGINT only sets a flag; the trainer checks it at the end of each iteration (all ranks
+together: :func:`rlid.distributed.any_rank`), writes a checkpoint and raises
+:class:`RunStopped`, so the same command resumes with nothing lost. A second signal
+stops at once, as without the handler (Ctrl-C: ``KeyboardInterrupt``; SIGTERM: the
+default action, termination).
+
+Handlers can only be installed from the main thread; elsewhere (a run trained from a
+worker thread) :class:`StopSignals` does nothing and ``requested`` stays False.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class RunStopped(Exception):
+    """A run stopped on a signal after checkpointing its last iteration."""
+
+    def __init__(self, run_dir: Path, iteration: int, signum: int) -> None:
+        super().__init__(run_dir, iteration, signum)
+        self.run_dir, self.iteration, self.signum = Path(run_dir), iteration, signum
+        self.resume_with = f"`rlid train --resume {run_dir}`"  # `rlid compare` says its own
+
+    def __str__(self) -> str:
+        return (
+            f"{self.run_dir}: stopped by {signal.Signals(self.signum).name} after iteration "
+            f"{self.iteration}, which is checkpointed (nothing lost): {self.resume_with} "
+            "continues it"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number, as a shell reports a process ended by that signal."""
+        return 128 + self.signum
+
+
+class StopSignals:
+    """Context manager: while open, the first SIGTERM / SIGINT sets ``signum`` instead
+    of stopping the process; the previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if self.signum is not None:  # the second one: stop now, as without the handler
+            self._restore()
+            print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.raise_signal(signum)
+            return
+        self.signum = signum
+        print(
+            f"\nrlid: {name}: stopping after this iteration, with a checkpoint "
+            f"({name} again stops at once, losing the iteration)",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
