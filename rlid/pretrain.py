@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -69,6 +70,7 @@ from menus.tokens import encode
 from rlid.runs.lock import RunLock
 from rlid.runs.pin import weights_hash
 from rlid.runs.software import software_record
+from rlid.runs.stop import RunStopped, StopSignals
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
@@ -797,33 +799,41 @@ def _pretrain_locked(
         unit="step",
         disable=not progress,
     )
-    for step in bar:
-        idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
-        batch = [seqs[i] for i in idx]
-        optimizer.zero_grad(set_to_none=True)
-        loss = batch_backward(model, batch, pad, config.answer_weight, config.max_batch_tokens)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-        done = step + 1
-        if every and done % every == 0 and done < config.steps:
-            _save_progress(
-                work,
-                {
-                    "step": done,
-                    "settings": _same_build(config),
-                    "corpus": digest,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(),
-                    "generator": gen.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "losses": losses,
-                    "seconds": spent + time.perf_counter() - t0,
-                },
-            )
+    # SIGTERM / Ctrl-C: save this step's state and stop (when there are checkpoints)
+    with StopSignals(enabled=bool(every)) as stop:
+        for step in bar:
+            idx = torch.randint(len(seqs), (config.batch_size,), generator=gen).tolist()
+            batch = [seqs[i] for i in idx]
+            optimizer.zero_grad(set_to_none=True)
+            loss = batch_backward(model, batch, pad, config.answer_weight, config.max_batch_tokens)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+            done = step + 1
+            if every and (done % every == 0 or stop.requested) and done < config.steps:
+                _save_progress(
+                    work,
+                    {
+                        "step": done,
+                        "settings": _same_build(config),
+                        "corpus": digest,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "generator": gen.get_state(),
+                        "torch_rng": torch.get_rng_state(),
+                        "losses": losses,
+                        "seconds": spent + time.perf_counter() - t0,
+                    },
+                )
+            if stop.requested and done < config.steps:
+                bar.close()
+                raise RunStopped(
+                    target, done, stop.signum or signal.SIGTERM, unit="step",
+                    resume_with="the same command (the build resumes)",
+                )  # fmt: skip
     model.eval()
     save_policy_model(model, tokenizer, target)
     info = {

@@ -603,6 +603,45 @@ def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_
     assert saved["dropped"] == {env: {"dropped": n, "of": t} for env, (n, t) in expected.items()}
 
 
+def test_sigterm_saves_the_pretraining_step_and_the_build_resumes_from_it(
+    tmp_path, monkeypatch, capsys
+):
+    """SIGTERM in step 5 with no checkpoint due until step 100: step 5 is saved, the
+    build stops with RunStopped, and the same call resumes at step 5 to the weights of
+    an uninterrupted build."""
+    import signal
+
+    import rlid.pretrain as pretrain_mod
+    from rlid.runs.stop import RunStopped
+
+    config = PretrainConfig(
+        envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=7, batch_size=4,
+        threads=1, walkthrough_episodes=1,
+    )  # fmt: skip
+    whole = pretrain(config, out=tmp_path / "whole", progress=False, checkpoint_every=100)
+    clip, calls = torch.nn.utils.clip_grad_norm_, []
+
+    def signalled(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            signal.raise_signal(signal.SIGTERM)
+        return clip(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.utils, "clip_grad_norm_", signalled)
+        with pytest.raises(RunStopped, match="after step 5, which is checkpointed") as stopped:
+            pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=100)
+    assert stopped.value.exit_code == 143 and len(calls) == 5
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert (pretrain_mod.work_dir(tmp_path / "cut") / "progress" / "state.json").is_file()
+    resumed = pretrain(config, out=tmp_path / "cut", progress=False, checkpoint_every=100)
+    assert "resuming at step 5 of 7" in capsys.readouterr().err
+    assert resumed["final_loss"] == whole["final_loss"]
+    a, b = (load_policy_model(str(tmp_path / d))[0] for d in ("whole", "cut"))
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+
+
 def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
     tmp_path, monkeypatch
 ):

@@ -28,14 +28,24 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class RunStopped(Exception):
     """A run stopped on a signal after checkpointing its last iteration."""
 
-    def __init__(self, run_dir: Path, iteration: int, signum: int) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        iteration: int,
+        signum: int,
+        *,
+        unit: str = "iteration",
+        resume_with: str | None = None,
+    ) -> None:
         super().__init__(run_dir, iteration, signum)
         self.run_dir, self.iteration, self.signum = Path(run_dir), iteration, signum
-        self.resume_with = f"`rlid train --resume {run_dir}`"  # `rlid compare` says its own
+        self.unit = unit  # "iteration"; `rlid pretrain`: "step"
+        # `rlid compare` and `rlid pretrain` say their own
+        self.resume_with = resume_with or f"`rlid train --resume {run_dir}`"
 
     def __str__(self) -> str:
         return (
-            f"{self.run_dir}: stopped by {signal.Signals(self.signum).name} after iteration "
+            f"{self.run_dir}: stopped by {signal.Signals(self.signum).name} after {self.unit} "
             f"{self.iteration}, which is checkpointed (nothing lost): {self.resume_with} "
             "continues it"
         )
@@ -48,18 +58,20 @@ class RunStopped(Exception):
 
 class StopSignals:
     """Context manager: while open, the first SIGTERM / SIGINT sets ``signum`` instead
-    of stopping the process; the previous handlers come back on exit."""
+    of stopping the process; the previous handlers come back on exit. ``enabled=False``:
+    a no-op (``requested`` stays False)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._enabled = enabled  # False: nothing to checkpoint, so signals act as usual
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
+        if self._enabled and threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
