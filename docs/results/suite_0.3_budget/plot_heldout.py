@@ -22,32 +22,39 @@ FLOORS = {
     "coin-level10": 0.01,
     "simple-dense": 0.00,
     "treasure-level11": 0.21,
+    "crafting-large": 0.00,
 }
 # runs trained later on a machine without AVX512, from the warm start rebuilt there
-LATER = {"coin-level10", "simple-dense", "treasure-level11"}
+LATER = {"coin-level10", "simple-dense", "treasure-level11", "crafting-large"}
+MIXED = {"crafting-small": "seed 2: AVX2, rebuilt start"}
 
 
 def main() -> None:
-    fig, axes = plt.subplots(1, len(FLOORS), figsize=(4.2 * len(FLOORS), 3.6), sharey=True)
+    cols = 4
+    rows_ = -(-len(FLOORS) // cols)
+    fig, grid = plt.subplots(rows_, cols, figsize=(4.2 * cols, 3.4 * rows_), sharey=True)
+    axes = list(grid.flat)
+    for ax in axes[len(FLOORS) :]:
+        ax.set_visible(False)
     for ax, (setting, floor) in zip(axes, FLOORS.items()):
-        found = [*(HERE / "runs").glob(f"decision-ppo-{setting}-seed*"),
-                 *(HERE / "stopped").glob(f"decision-ppo-{setting}-seed*")]  # fmt: skip
-        for run in sorted(found):
+        for run in sorted((HERE / "runs").glob(f"decision-ppo-{setting}-seed*")):
             lines = (run / "metrics.jsonl").read_text().splitlines()
             rows = [json.loads(line) for line in lines]
             evals = json.loads((run / "eval.json").read_text())
             xs = [0] + [r["budget"]["env_steps"] for r in rows if "eval" in r]
             ys = [evals["before"]["success"]] + [r["eval"]["success"] for r in rows if "eval" in r]
-            if "after" in evals:  # a finished run: its final evaluation (a stopped one has none)
+            if "after" in evals:  # its final evaluation
                 xs.append(rows[-1]["budget"]["env_steps"])
                 ys.append(evals["after"]["success"])
             ax.plot(xs, ys, marker=".", label=run.name.rsplit("-", 1)[1])
         ax.axhline(floor, color="grey", linestyle="--", label="random floor")
         ax.axvline(3000, color="black", linestyle=":", label="suite budget (3,000)")
-        ax.set_title(setting + (" (AVX2, rebuilt start)" if setting in LATER else ""))
+        note = "AVX2, rebuilt start" if setting in LATER else MIXED.get(setting)
+        ax.set_title(setting + (f" ({note})" if note else ""), fontsize=9)
         ax.set_xlabel("env steps")
         ax.set_ylim(-0.02, 1.02)
-    axes[0].set_ylabel("held-out success (32 greedy episodes)")
+    for ax in axes[::cols]:
+        ax.set_ylabel("held-out success (32 greedy episodes)")
     axes[0].legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(HERE / "heldout_along_training.png", dpi=110)
