@@ -413,9 +413,10 @@ def test_resume_with_another_number_of_processes_is_refused(tmp_path, cache):
 def test_sigterm_to_one_rank_stops_every_rank_after_the_same_checkpointed_iteration(
     tmp_path, cache
 ):
-    # a preemption notice may reach one process first: the flag is all-reduced at each
-    # iteration's end, so both ranks checkpoint the same iteration, leave their group
-    # and exit 143; the resume then ends where an uninterrupted run does
+    # a preemption notice may reach one process first (and twice: from the cluster and
+    # from torchrun): the flag is all-reduced at each iteration's end, so both ranks
+    # checkpoint the same iteration, leave their group and exit 143; the resume then
+    # ends where an uninterrupted run does
     cfg = config(steps=32, checkpoint_every=100)  # 4 iterations; no periodic checkpoint
     run(2, tmp_path / "full", cfg, cache)
 
@@ -426,6 +427,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_checkpointed_iterat
         assert time.monotonic() < deadline and procs[0].poll() is None, "run never got going"
         time.sleep(0.05)
     procs[1].send_signal(signal.SIGTERM)
+    procs[1].send_signal(signal.SIGTERM)  # delivered twice (the cluster, then torchrun): one stop
     errs = wait(procs)
     assert [p.returncode for p in procs] == [143, 143], errs
     rows = read_metrics(tmp_path / "stopped")

@@ -740,13 +740,22 @@ def test_stop_signals_defer_the_first_signal_and_stop_at_once_on_the_second(caps
     from rlid.runs.stop import StopSignals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    with StopSignals() as stop:
+    with StopSignals(repeat_after=0.0) as stop:
         assert not stop.requested
         signal.raise_signal(signal.SIGINT)  # the process goes on
         assert stop.requested and stop.signum == signal.SIGINT
         assert "stopping after this iteration" in capsys.readouterr().err
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)  # the second one: at once
+    assert {s: signal.getsignal(s) for s in before} == before
+
+    # the same stop delivered twice at once (the terminal's group, then torchrun passing
+    # it on): the copy is absorbed, the iteration is not lost
+    with StopSignals() as stop:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.signum == signal.SIGINT
     assert {s: signal.getsignal(s) for s in before} == before
 
     with StopSignals() as stop:

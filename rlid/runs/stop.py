@@ -7,7 +7,11 @@ SIGINT only sets a flag; the trainer checks it at the end of each iteration (all
 together: :func:`rlid.distributed.any_rank`), writes a checkpoint and raises
 :class:`RunStopped`, so the same command resumes with nothing lost. A second signal
 stops at once, as without the handler (Ctrl-C: ``KeyboardInterrupt``; SIGTERM: the
-default action, termination).
+default action, termination), unless it comes within ``REPEAT_AFTER`` seconds of the
+first: one stop is often delivered twice (Ctrl-C reaches every process of the
+terminal's group, and torchrun, which also gets it, sends it on to its workers; a
+cluster signals every process of the job, torchrun included), and the copy must not
+cost the iteration.
 
 Handlers can only be installed from the main thread; elsewhere (a run trained from a
 worker thread) :class:`StopSignals` does nothing and ``requested`` stays False.
@@ -18,11 +22,14 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_AFTER = 2.0
+"""Seconds after the first signal before another one counts as a second (stop at once)."""
 
 
 class RunStopped(Exception):
@@ -61,10 +68,12 @@ class StopSignals:
     of stopping the process; the previous handlers come back on exit. ``enabled=False``:
     a no-op (``requested`` stays False)."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, repeat_after: float = REPEAT_AFTER) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._enabled = enabled  # False: nothing to checkpoint, so signals act as usual
+        self._repeat_after = repeat_after
+        self._first_at = 0.0
 
     @property
     def requested(self) -> bool:
@@ -86,14 +95,17 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        if self.signum is not None:  # the second one: stop now, as without the handler
+        if self.signum is not None:
+            if time.monotonic() - self._first_at < self._repeat_after:
+                return  # the same stop delivered twice (see the module docstring)
+            # a second one: stop now, as without the handler
             self._restore()
             print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             signal.raise_signal(signum)
             return
-        self.signum = signum
+        self.signum, self._first_at = signum, time.monotonic()
         print(
             f"\nrlid: {name}: stopping after this iteration, with a checkpoint "
             f"({name} again stops at once, losing the iteration)",
