@@ -507,7 +507,8 @@ def train_token(
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
-    with StopSignals() as stop:  # SIGTERM / Ctrl-C: checkpoint this iteration, then stop
+    # SIGTERM / Ctrl-C: checkpoint this iteration, then stop (the writer says so)
+    with StopSignals(announce=world.is_writer) as stop:
         while budget.get(config.budget_currency) < config.steps:
             iteration += 1
             t0 = time.perf_counter()

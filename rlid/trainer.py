@@ -647,7 +647,9 @@ def end_iteration(
         assert stop is not None
         bar.close()
         log.close()  # the lock: the resume finds a clean directory
-        raise RunStopped(log.path, iteration, stop.signum or signal.SIGTERM)
+        raise RunStopped(
+            log.path, iteration, stop.signum or signal.SIGTERM, quiet=not world.is_writer
+        )
 
 
 def finish_run(
@@ -736,7 +738,8 @@ def train(
     )  # fmt: skip
 
     bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
-    with StopSignals() as stop:  # SIGTERM / Ctrl-C: checkpoint this iteration, then stop
+    # SIGTERM / Ctrl-C: checkpoint this iteration, then stop (the writer says so)
+    with StopSignals(announce=world.is_writer) as stop:
         while budget.get(config.budget_currency) < config.steps:
             iteration += 1
             t0 = time.perf_counter()

@@ -762,6 +762,26 @@ def test_stop_signals_defer_the_first_signal_and_stop_at_once_on_the_second(caps
         signal.raise_signal(signal.SIGTERM)
         assert stop.signum == signal.SIGTERM
     assert {s: signal.getsignal(s) for s in before} == before
+    capsys.readouterr()
+
+    with StopSignals(announce=False) as stop:  # a rank other than the writer
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested
+    assert capsys.readouterr().err == ""
+
+
+def test_a_quiet_run_stopped_exits_with_its_code_and_prints_nothing(monkeypatch, capsys):
+    import signal
+
+    from rlid.cli import train as train_cli
+    from rlid.runs.stop import RunStopped
+
+    def stopped(*args, **kwargs):  # as a rank other than the writer stops
+        raise RunStopped(Path("runs/x"), 3, signal.SIGTERM, quiet=True)
+
+    monkeypatch.setattr(train_cli, "run_training", stopped)
+    assert cli_main(["train", "--model", "tiny-random", "--out", "runs/x", "--quiet"]) == 143
+    assert "stopped" not in capsys.readouterr().err
 
 
 def test_stop_signals_outside_the_main_thread_leave_the_handlers_alone():

@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
         return 130
     except RunStopped as stopped:  # SIGTERM / Ctrl-C, after a checkpoint (rlid.runs.stop)
-        print(f"rlid {args.command}: {stopped}", file=sys.stderr)
+        if not stopped.quiet:  # one line per run, not one per rank
+            print(f"rlid {args.command}: {stopped}", file=sys.stderr)
         return stopped.exit_code
     except BrokenPipeError:
         _silence_stdout()

@@ -43,12 +43,14 @@ class RunStopped(Exception):
         *,
         unit: str = "iteration",
         resume_with: str | None = None,
+        quiet: bool = False,
     ) -> None:
         super().__init__(run_dir, iteration, signum)
         self.run_dir, self.iteration, self.signum = Path(run_dir), iteration, signum
         self.unit = unit  # "iteration"; `rlid pretrain`: "step"
         # `rlid compare` and `rlid pretrain` say their own
         self.resume_with = resume_with or f"`rlid train --resume {run_dir}`"
+        self.quiet = quiet  # a rank other than the writer: the writer says it once
 
     def __str__(self) -> str:
         return (
@@ -68,12 +70,15 @@ class StopSignals:
     of stopping the process; the previous handlers come back on exit. ``enabled=False``:
     a no-op (``requested`` stays False)."""
 
-    def __init__(self, *, enabled: bool = True, repeat_after: float = REPEAT_AFTER) -> None:
+    def __init__(
+        self, *, enabled: bool = True, repeat_after: float = REPEAT_AFTER, announce: bool = True
+    ) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._enabled = enabled  # False: nothing to checkpoint, so signals act as usual
         self._repeat_after = repeat_after
         self._first_at = 0.0
+        self._announce = announce  # False: a rank other than the writer keeps quiet
 
     @property
     def requested(self) -> bool:
@@ -106,6 +111,8 @@ class StopSignals:
             signal.raise_signal(signum)
             return
         self.signum, self._first_at = signum, time.monotonic()
+        if not self._announce:
+            return
         print(
             f"\nrlid: {name}: stopping after this iteration, with a checkpoint "
             f"({name} again stops at once, losing the iteration)",
