@@ -759,6 +759,85 @@ def test_an_arm_trained_by_two_processes_matches_one_process(tmp_path):
     assert "nproc=2" in (tmp_path / "report.md").read_text()
 
 
+def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_path):
+    # SIGTERM to the `rlid compare` process alone (a container's first process, a
+    # `kill PID`): it passes the stop on to both training processes, which checkpoint the
+    # same iteration and exit; the comparison exits 143 and its rerun resumes the run
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = tiny_comparison(
+        arms={"two": {"plane": "decision", "nproc": 2}},
+        references=[],
+        budget={"currency": "env_steps", "amount": 400},  # 20 iterations or more
+    )
+    data["defaults"].update(model="tiny-random", dist_timeout=60.0, checkpoint_every=1000)
+    config = tmp_path / "c.toml"
+    config.write_text(to_toml(data))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "rlid", "compare", "--config", str(config), "--out", str(out),
+            "--quiet"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(rlid.__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    run_dir = out / "runs" / "two-seed0"
+    deadline = time.monotonic() + 300
+    try:
+        while not read_metrics(run_dir):
+            assert time.monotonic() < deadline and proc.poll() is None, "never got going"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    assert "passed on to the 2 training processes" in err, err
+    assert "stopped by SIGTERM after iteration" in err and "Traceback" not in err, err
+    assert "the same `rlid compare` command continues it" in err
+    rows = read_metrics(run_dir)
+    state = json.loads((run_dir / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == rows[-1]["iteration"] and rows[-1]["budget"]["env_steps"] < 400
+    assert not (out / "launch" / "two-seed0.pids").exists()
+    assert json.loads((out / "runs.json").read_text())["two-seed0"]["seconds"] > 0
+    if Path("/proc").is_dir():  # no training process outlives the comparison
+        left = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(run_dir).encode() in cmdline.read_bytes():
+                    left.append(cmdline.parent.name)
+            except OSError:
+                continue
+        assert left == []
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "runs.json").read_text())["two-seed0"]["history"] == [
+        "trained",
+        "resumed",
+    ]
+    rows = read_metrics(run_dir)
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[-1]["budget"]["env_steps"] >= 400 and (out / "report.md").exists()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_so():
+    import signal
+
+    from rlid.runs.stop import RunStopped
+
+    text = str(RunStopped(Path("r"), 0, signal.SIGTERM, resume_with="the same command"))
+    assert text == (
+        "r: stopped by SIGTERM before its first iteration was checkpointed (nothing to "
+        "keep): the same command starts it again"
+    )
+
+
 def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
     from rlid.compare.parse import load_compare_config
     from rlid.config import read_toml

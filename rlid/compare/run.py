@@ -332,12 +332,28 @@ def _finish(
     return results
 
 
+STOP_GRACE_S = 600
+"""Seconds torchrun waits for its workers to finish the iteration after it is itself
+signalled, before SIGKILL (its own default is 30 s); ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
+in the environment says otherwise."""
+PIDS_ENV = "RLID_LAUNCH_PIDS"  # the directory each launched process writes its pid into
+STOPPED = "stopped.json"  # in it: {"signum", "iteration"} when the processes stopped on a signal
+
+
 def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -> None:
     """Train one run with ``run.nproc`` processes under torchrun (one machine, gloo on
     CPU / nccl on CUDA): the same run directory, budget and groups as one process
     would use (``rlid.distributed``). The config travels as JSON in ``OUT/launch/``.
+
+    torchrun runs in a session of its own, so a terminal's Ctrl-C reaches this process
+    alone; the first SIGTERM / Ctrl-C here is passed on to every training process (each
+    wrote its pid into ``OUT/launch/RUN.pids/``), which finish the iteration, checkpoint
+    it and exit; then :class:`RunStopped` says to rerun the comparison. A second signal
+    (:data:`rlid.runs.stop.REPEAT_AFTER` or more later) kills them at once.
     """
     import json
+    import os
+    import shutil
     import subprocess
     import sys
 
@@ -346,18 +362,105 @@ def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -
         path = out / "launch" / f"{run.name}.json"
         rundir.write_json(path, run.config.to_dict())
         spec = str(path)
+    pids = out / "launch" / f"{run.name}.pids"
+    shutil.rmtree(pids, ignore_errors=True)
+    pids.mkdir(parents=True)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={run.nproc}", "-m", "rlid.compare.launch",
         str(out / "runs" / run.name), spec, json.dumps(progress),
     ]  # fmt: skip
-    code = subprocess.run(command, check=False).returncode
-    if code:
+    env = {**os.environ, PIDS_ENV: str(pids)}
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(STOP_GRACE_S))
+    try:
+        with subprocess.Popen(command, env=env, start_new_session=True) as proc:
+            signum = _wait_passing_signals_on(proc, pids, run.nproc)
+        # written by rank 0 when the processes stopped on a signal (ours or a cluster's)
+        stopped = rundir.read_json(pids / STOPPED) if (pids / STOPPED).exists() else None
+    finally:
+        shutil.rmtree(pids, ignore_errors=True)
+    if stopped is not None:
+        signum, iteration = int(stopped["signum"]), int(stopped["iteration"])
+    elif signum is not None:  # they stopped before rank 0 could say at which iteration
+        iteration = _checkpointed_iteration(out / "runs" / run.name)
+    if signum is not None:
+        raise RunStopped(
+            out / "runs" / run.name, iteration, signum,
+            resume_with="the same `rlid compare` command",
+        )  # fmt: skip
+    if proc.returncode:
         raise RuntimeError(
-            f"{run.name}: the {run.nproc} training processes exited with code {code} (their "
-            "errors are printed above); the run directory keeps its last checkpoint, so the "
-            "same `rlid compare` command resumes it"
+            f"{run.name}: the {run.nproc} training processes exited with code "
+            f"{proc.returncode} (their errors are printed above); the run directory keeps "
+            "its last checkpoint, so the same `rlid compare` command resumes it"
         )
+
+
+def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
+    """Wait for torchrun; pass the first SIGTERM / SIGINT on to the training processes
+    (to torchrun until they have all written their pids) and kill everything on a
+    second one. Returns the first signal's number, or None if none came."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    from rlid.runs.stop import REPEAT_AFTER, SIGNALS
+
+    first: list[tuple[int, float]] = []
+
+    def targets() -> list[int]:
+        found = [int(f.read_text()) for f in pids.glob("rank[0-9]*")]  # written atomically
+        return found if len(found) == nproc else [proc.pid]  # not all started: torchrun
+
+    def send(signum: int, to: list[int]) -> None:
+        for pid in to:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def handle(signum: int, frame: object) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if first:
+            if time.monotonic() - first[0][1] < REPEAT_AFTER:
+                return  # the same stop delivered twice
+            send(signal.SIGKILL, [*targets(), proc.pid])
+            restore()
+            print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.raise_signal(signum)
+            return
+        first.append((signum, time.monotonic()))
+        print(
+            f"\nrlid: {name}: passed on to the {nproc} training processes, which stop after "
+            f"this iteration with a checkpoint ({name} again stops them at once)",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        send(signum, targets())
+
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        previous.clear()
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNALS:
+            previous[signum] = signal.signal(signum, handle)
+    try:
+        proc.wait()
+    finally:
+        restore()
+    return first[0][0] if first else None
+
+
+def _checkpointed_iteration(run_dir: Path) -> int:
+    """The iteration of the run's checkpoint (0: none yet)."""
+    ckpt = rundir.recover_checkpoint_dir(run_dir)
+    if ckpt is None:
+        return 0
+    return int(rundir.read_json(ckpt / "state.json").get("iteration", 0))
 
 
 def check_output_dir(out: Path) -> None:

@@ -53,6 +53,12 @@ class RunStopped(Exception):
         self.quiet = quiet  # a rank other than the writer: the writer says it once
 
     def __str__(self) -> str:
+        if self.iteration == 0:  # stopped before its first checkpoint
+            return (
+                f"{self.run_dir}: stopped by {signal.Signals(self.signum).name} before its "
+                f"first {self.unit} was checkpointed (nothing to keep): {self.resume_with} "
+                "starts it again"
+            )
         return (
             f"{self.run_dir}: stopped by {signal.Signals(self.signum).name} after {self.unit} "
             f"{self.iteration}, which is checkpointed (nothing lost): {self.resume_with} "
