@@ -249,12 +249,14 @@ def evaluate(
     seed: int = 0,
     greedy: bool = True,
     world: World = dist_.SINGLE,
+    keep: list[Episode] | None = None,
 ) -> dict[str, float]:
     """Success rate, return and length on ``episodes`` held-out games (greedy by default).
 
     Episodes are played in blocks of ``len(env_list)`` with the block's own randomness;
     with several processes block b is played by rank b mod N and the statistics are
-    gathered, so the result does not depend on the number of processes.
+    gathered, so the result does not depend on the number of processes. ``keep``: a
+    list this process's episodes are appended to (``rlid eval --episodes-out``).
     """
     if episodes == 0:
         return {}
@@ -268,6 +270,8 @@ def evaluate(
         )
     finally:
         policy.budget, policy.timers = saved
+    if keep is not None:
+        keep += done
     stats, _ = gathered_episode_stats(done, world)
     stats["episodes"] = episodes
     return stats

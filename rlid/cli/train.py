@@ -68,7 +68,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if (args.run is None) == (args.model is None):
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
     common = dict(split=args.split, greedy=not args.sample, seed=args.seed,
-                  walkthrough=args.walkthrough)  # fmt: skip
+                  walkthrough=args.walkthrough, episodes_out=args.episodes_out)  # fmt: skip
     if args.run is not None:
         extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane),
                  ("--setting", args.setting), ("--arm", args.arm)) if value is not None]  # fmt: skip
@@ -223,5 +223,11 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
         "walkthrough's command and its probability: where and how a policy goes wrong",
     )  # fmt: skip
     e.add_argument("--seed", type=int, default=0, help="evaluation seed")
+    e.add_argument(
+        "--episodes-out", type=Path, default=None, metavar="FILE.jsonl",
+        help="also write every episode played, one JSON line each: the game, won / lost, "
+        "return, the first prompt as the policy read it, and per step the command, the "
+        "reward and the chosen row's probability (a new file; nothing is overwritten)",
+    )  # fmt: skip
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_cmd_eval)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from menus import Interface
     from rlid.config import TrainConfig
     from rlid.protocols import MenuPolicy
+    from rlid.rollout import Episode
 
 
 def evaluate_run(
@@ -35,14 +36,17 @@ def evaluate_run(
     greedy: bool = True,
     seed: int = 0,
     walkthrough: bool = False,
+    episodes_out: Path | None = None,
 ) -> dict[str, Any]:
     """Load ``run``'s last checkpoint and play ``episodes`` episodes on ``split`` games
     (``walkthrough=True``: follow the walkthroughs of as many games instead,
-    :func:`follow_walkthroughs`)."""
+    :func:`follow_walkthroughs`). ``episodes_out``: also write every episode played
+    to that JSON-lines file (:func:`write_episodes`)."""
     from rlid.lora import load_run_model
     from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
     _check_episodes(episodes)
+    _check_episodes_out(episodes_out, walkthrough)
     # Read-only: no lock, so a running training can be evaluated alongside.
     config, _ = read_run_config(Path(run))
     _check_walkthrough(walkthrough, greedy, config)
@@ -56,6 +60,7 @@ def evaluate_run(
     stats = _play(
         config, model, tokenizer, env=env, env_options=env_options, split=split,
         episodes=episodes, greedy=greedy, seed=seed, walkthrough=walkthrough,
+        episodes_out=episodes_out,
     )  # fmt: skip
     state = rundir.read_json(log.path / rundir.CHECKPOINT / "state.json")
     return {"env": stats.pop("env"), "split": split, "iteration": state["iteration"], **stats}
@@ -71,6 +76,7 @@ def evaluate_model(
     greedy: bool = True,
     seed: int = 0,
     walkthrough: bool = False,
+    episodes_out: Path | None = None,
 ) -> dict[str, Any]:
     """Play ``config.model`` as it is (no run, no training) on ``split`` games.
 
@@ -82,6 +88,7 @@ def evaluate_model(
     from rlid.models import load_policy_model
 
     _check_episodes(episodes)
+    _check_episodes_out(episodes_out, walkthrough)
     _check_walkthrough(walkthrough, greedy, config)
     _set_threads(config)
     loaded, tokenizer = load_policy_model(str(config.model), dtype=load_dtype(config))
@@ -89,6 +96,7 @@ def evaluate_model(
     stats = _play(
         config, model, tokenizer, env=env, env_options=env_options, split=split,
         episodes=episodes, greedy=greedy, seed=seed, walkthrough=walkthrough,
+        episodes_out=episodes_out,
     )  # fmt: skip
     origin = getattr(model, "rlid_origin", "local")
     return {"env": stats.pop("env"), "split": split, "model": str(config.model),
@@ -98,6 +106,23 @@ def evaluate_model(
 def _check_episodes(episodes: int) -> None:
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+
+
+def _check_episodes_out(path: Path | None, walkthrough: bool) -> None:
+    """Before any model loads: a new file in an existing directory, and episodes to write."""
+    if path is None:
+        return
+    if walkthrough:
+        raise ValueError(
+            "--episodes-out writes the episodes played; --walkthrough plays none (it walks "
+            "each game's walkthrough): drop one of them"
+        )
+    if path.exists():
+        raise FileExistsError(
+            f"--episodes-out {path} exists; give a new file (nothing is overwritten)"
+        )
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"--episodes-out {path}: no directory {path.parent}")
 
 
 def _check_walkthrough(walkthrough: bool, greedy: bool, config: TrainConfig) -> None:
@@ -133,6 +158,7 @@ def _play(
     greedy: bool,
     seed: int,
     walkthrough: bool = False,
+    episodes_out: Path | None = None,
 ) -> dict[str, Any]:
     """``model`` on the config's device and precision, as the config's plane, on
     ``episodes`` games of ``env`` (default: the config's env and options)."""
@@ -159,10 +185,55 @@ def _play(
                 menu_policy, env_list, episodes, interface=config.interface, seed=seed
             )
         else:
+            played: list[Episode] = []
             stats = evaluate(
-                policy, env_list, episodes, interface=config.interface, seed=seed, greedy=greedy
-            )
+                policy, env_list, episodes, interface=config.interface, seed=seed,
+                greedy=greedy, keep=played,
+            )  # fmt: skip
+            if episodes_out is not None:
+                write_episodes(episodes_out, played, tokenizer)
     return {"env": env_id, **stats}
+
+
+def episode_record(episode: Episode, tokenizer: Any) -> dict[str, Any]:
+    """One played episode as JSON: the game, the outcome, the first prompt as the
+    policy read it (goal, observation, menu), and per step the command sent, the
+    reward, and for a menu policy the chosen row's probability and the menu's size
+    (for the token plane the text written and whether it parsed to a legal action)."""
+    steps = []
+    for decision, reward in zip(episode.decisions, episode.rewards):
+        step: dict[str, Any] = {"action": decision.action, "reward": float(reward)}
+        if hasattr(decision, "menu"):  # decision and scoring planes
+            step["p"] = round(float(np.exp(decision.logp)), 6)
+            step["rows"] = len(decision.menu.rows)
+        else:  # token plane
+            step["text"], step["valid"] = decision.text, bool(decision.valid)
+        steps.append(step)
+    first = episode.decisions[0].prompt_ids if episode.decisions else []
+    return {
+        "game": episode.group,
+        "reset_seed": episode.reset_seed,
+        "game_seed": episode.game_seed,
+        "won": episode.won,
+        "lost": episode.lost,
+        "return": episode.ret,
+        "length": episode.length,
+        "first_prompt": tokenizer.decode(first, skip_special_tokens=True),
+        "steps": steps,
+    }
+
+
+def write_episodes(path: Path, episodes: list[Episode], tokenizer: Any) -> None:
+    """``rlid eval --episodes-out``: one JSON line per episode, in game order."""
+    import json
+
+    from rlid.runs.files import atomic_write_text
+
+    lines = [
+        json.dumps(episode_record(e, tokenizer), sort_keys=True)
+        for e in sorted(episodes, key=lambda e: e.group)
+    ]
+    atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
 
 
 def follow_walkthroughs(
