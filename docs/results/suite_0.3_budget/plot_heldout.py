@@ -23,9 +23,10 @@ FLOORS = {
     "simple-dense": 0.00,
     "treasure-level11": 0.21,
     "crafting-large": 0.00,
+    "simple-sparse": 0.00,
 }
 # runs trained later on a machine without AVX512, from the warm start rebuilt there
-LATER = {"coin-level10", "simple-dense", "treasure-level11", "crafting-large"}
+LATER = {"coin-level10", "simple-dense", "treasure-level11", "crafting-large", "simple-sparse"}
 MIXED = {"crafting-small": "seed 2: AVX2, rebuilt start"}
 
 
