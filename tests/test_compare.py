@@ -662,6 +662,27 @@ def test_status_shows_where_every_run_stands_without_writing(tmp_path, hold_lock
     assert comparison_status(compare, out)[0]["success"] == 0.125
 
 
+def test_status_estimates_the_training_time_a_started_run_still_needs(tmp_path):
+    from rlid.compare.status import _duration, comparison_status, format_status
+    from rlid.runs import dir as rundir
+
+    compare = parse_compare_config(tiny_comparison())  # budget: 30 env steps
+    out = tmp_path / "out"
+    first = compare.runs()[0].name
+    run_dir = out / "runs" / first
+    run_dir.mkdir(parents=True)
+    rundir.write_json(run_dir / "config.json", {"config": {}})  # started, then stopped
+    rows = [{"budget": {"env_steps": 6, "wall_time": 4.0}},
+            {"budget": {"env_steps": 12, "wall_time": 9.0}}]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    status = comparison_status(compare, out)
+    # 18 env steps left at 9 s per 12 steps: 13.5 s
+    assert status[0]["state"] == "stopped" and status[0]["left_s"] == pytest.approx(13.5)
+    assert status[1]["left_s"] is None  # not started: no pace to go by
+    assert "~14 s" in format_status(status, compare.currency)
+    assert [_duration(s) for s in (40, 600, 9000)] == ["~40 s", "~10 min", "~2.5 h"]
+
+
 def test_status_names_a_missing_model_that_keeps_runs_from_starting(tmp_path):
     from rlid.compare.status import comparison_status, format_status
 

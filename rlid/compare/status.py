@@ -25,6 +25,10 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
     rows of ``metrics.jsonl``: ``{"success", "at"}``, ``at`` in the budget's currency),
     else None.
 
+    ``left_s``, for a started run not finished: the seconds of training its budget
+    still needs at its pace so far (the iterations' wall time per unit of the budget
+    spent, from ``metrics.jsonl``; evaluations and start-up not counted), else None.
+
     ``state`` is ``finished`` (held-out "after" evaluated), ``training`` (a live
     process holds its claim), ``stopped`` (started, unfinished, unclaimed: the
     next ``rlid compare`` resumes it) or ``new``. ``missing_model`` names the model
@@ -56,6 +60,10 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
             if row is not None:
                 at = row["budget"].get(compare.currency, 0)
                 last_eval = {"success": row["eval"].get("success"), "at": at}
+        left_s = None  # a started run's training time left, at its pace so far
+        pace = metrics[-1]["budget"].get("wall_time", 0.0) if metrics else 0.0
+        if state in ("training", "stopped") and spent > 0 and pace > 0:
+            left_s = max(compare.amount - spent, 0) * pace / spent
         missing_model = ""
         if state in ("stopped", "new"):
             try:
@@ -73,6 +81,7 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
                 "success": success,
                 "last_eval": last_eval,
                 "seconds": float(ledger.get(run.name, {}).get("seconds", 0.0)),
+                "left_s": left_s,
                 "missing_model": missing_model,
             }
         )
@@ -81,7 +90,8 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
 
 def format_status(rows: list[dict[str, Any]], currency: str) -> str:
     """A text table of :func:`comparison_status` and a line of totals."""
-    header = ["run", "state", currency, "iterations", "success after", "seconds", "trained by"]
+    header = ["run", "state", currency, "iterations", "success after", "seconds", "left",
+              "trained by"]  # fmt: skip
     table = [header]
     for r in rows:
         shown = "" if r["success"] is None else f"{r['success']:.2f}"
@@ -96,6 +106,7 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
                 str(r["iterations"]),
                 shown,
                 f"{r['seconds']:.0f}" if r["seconds"] else "",
+                _duration(r["left_s"]) if r.get("left_s") is not None else "",
                 r["holder"],
             ]
         )
@@ -115,6 +126,15 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
             f"({', '.join(missing)}; relative paths are read from the current directory)"
         )
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """``~40 s``, ``~12 min``, ``~2.5 h``: an estimate, shown as one."""
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"
 
 
 def _number(value: float) -> str:
