@@ -1,9 +1,12 @@
-"""Every relative link in the README and the docs points at a file that exists,
-and every `#anchor` at a heading of its target (GitHub's heading slugs)."""
+"""The README and the docs stay true to the code: every relative link points at a file
+that exists, every `#anchor` at a heading of its target (GitHub's heading slugs), and
+every `rlid` command in a shell block parses with today's command line."""
 
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,56 @@ def test_a_broken_link_is_found(tmp_path):
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(path):
     assert broken_links(path) == []
+
+
+def shell_blocks(text: str) -> Iterator[str]:
+    """The contents of the fenced blocks marked bash / sh / console or unmarked."""
+    lang, lines = "", None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if lines is None:
+                lang, lines = line[3:].strip(), []
+            else:
+                if lang in ("", "bash", "sh", "console"):
+                    yield "\n".join(lines)
+                lines = None
+        elif lines is not None:
+            lines.append(line)
+
+
+def rlid_commands(text: str) -> Iterator[str]:
+    """The arguments of every `rlid ...` (or `.venv/bin/rlid`, `-m rlid`) command in the
+    shell blocks, continuation lines joined; templates with `$` variables are skipped."""
+    for block in shell_blocks(text):
+        for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
+            line = line.split(" #")[0].strip()
+            if line.startswith("#") or "$" in line:
+                continue
+            found = re.search(r"(?:^|[\s;&])(?:\.venv/bin/)?rlid ([^;&|`)]*)", line)
+            if found:
+                yield found.group(1).strip()
+
+
+def test_commands_are_found_in_shell_blocks_only():
+    text = (
+        "rlid train --nope\n```bash\n.venv/bin/rlid train --steps 5 \\\n    --out r  # x\n"
+        "for i in 1 2; do rlid compare --config c --out o & done\n```\n"
+        "```toml\nrlid = 1\n```\n```\ntree/  the harness (rlid compare): x\n```\n"
+    )
+    assert list(rlid_commands(text)) == ["train --steps 5 --out r", "compare --config c --out o"]
+
+
+def test_every_documented_rlid_command_parses():
+    from rlid.cli.main import build_parser
+
+    failed, seen = [], 0
+    for path in markdown_files():
+        for command in rlid_commands(path.read_text(encoding="utf-8")):
+            seen += 1
+            try:
+                build_parser().parse_args(shlex.split(command))
+            except SystemExit as stop:
+                if stop.code:
+                    failed.append(f"{path.relative_to(ROOT)}: rlid {command}")
+    assert seen >= 50  # the README alone has dozens
+    assert failed == []
