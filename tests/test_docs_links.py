@@ -123,3 +123,16 @@ def test_every_documented_rlid_command_parses():
                     failed.append(f"{path.relative_to(ROOT)}: rlid {command}")
     assert seen >= 50  # the README alone has dozens
     assert failed == []
+
+
+def comparison_files() -> list[Path]:
+    found = [*sorted((ROOT / "examples").glob("*.toml")), *sorted((ROOT / "docs").rglob("*.toml"))]
+    return [p for p in found if "runs" not in p.relative_to(ROOT).parts]
+
+
+@pytest.mark.parametrize("path", comparison_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_comparison_config_still_reads(path):
+    # examples/ and the results pages' configs: what a reader is told to run
+    from rlid.compare.parse import load_compare_config
+
+    assert load_compare_config(path).runs()
