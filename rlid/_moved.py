@@ -1,7 +1,8 @@
-"""Old module paths of 0.1 (flat ``rlid/``), kept importable for one release.
+"""Old module paths of 0.1 (flat ``rlid/``), kept importable for a while.
 
 ``import rlid.runlog`` still works and gives :mod:`rlid.runs.log` (the same module
-object), with a ``DeprecationWarning`` naming the new path. Remove in 0.3.
+object), with a ``DeprecationWarning`` naming the new path. Kept through 0.3 (its
+recipe change came first); removed in 0.4.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _AliasLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         warnings.warn(
-            f"{module.__name__} moved to {self.new}; the old path goes away in rlid 0.3",
+            f"{module.__name__} moved to {self.new}; the old path goes away in rlid 0.4",
             DeprecationWarning,
             stacklevel=3,
         )
