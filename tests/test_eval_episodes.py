@@ -22,7 +22,9 @@ def _argv(plane: str, out, episodes: int = 3) -> list[str]:
 def test_the_episodes_written_are_the_ones_the_statistics_count(plane, tmp_path, capsys):
     out = tmp_path / "episodes.jsonl"
     assert cli_main(_argv(plane, out)) == 0
-    stats = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    stats = json.loads(printed.out)  # stdout: the statistics alone
+    assert f"episodes written to {out}" in printed.err
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["game"] for r in records] == [0, 1, 2]
     assert [r["reset_seed"] for r in records] == [EVAL_SEED_BASE + i for i in range(3)]

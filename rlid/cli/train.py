@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         config, episodes = model_eval_config(args)
         stats = evaluate_model(config, episodes=episodes, **common)
+    if args.episodes_out is not None and not args.walkthrough:  # stdout stays the stats
+        print(f"episodes written to {args.episodes_out}", file=sys.stderr)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
