@@ -1,5 +1,6 @@
 """Held-out success along training (the runs' eval_every rows), one line per seed,
-with the random floor and the suite's 3,000-step budget marked.
+with the random floor and the suite's 3,000-step budget marked; runs stopped before
+their budget (stopped/) end at their last evaluation.
 
 Usage: python docs/results/suite_0.3_budget/plot_heldout.py  (writes heldout_along_training.png)
 """
@@ -38,7 +39,9 @@ def main() -> None:
     for ax in axes[len(FLOORS) :]:
         ax.set_visible(False)
     for ax, (setting, floor) in zip(axes, FLOORS.items()):
-        for run in sorted((HERE / "runs").glob(f"decision-ppo-{setting}-seed*")):
+        runs = sorted((HERE / "runs").glob(f"decision-ppo-{setting}-seed*"))
+        runs += sorted((HERE / "stopped").glob(f"decision-ppo-{setting}-seed*"))  # unfinished
+        for run in runs:
             lines = (run / "metrics.jsonl").read_text().splitlines()
             rows = [json.loads(line) for line in lines]
             evals = json.loads((run / "eval.json").read_text())
@@ -47,7 +50,12 @@ def main() -> None:
             if "after" in evals:  # its final evaluation
                 xs.append(rows[-1]["budget"]["env_steps"])
                 ys.append(evals["after"]["success"])
-            ax.plot(xs, ys, marker=".", label=run.name.rsplit("-", 1)[1])
+            name = run.name.rsplit("-", 1)[1] + (
+                " (stopped)" if run.parent.name == "stopped" else ""
+            )
+            ax.plot(xs, ys, marker=".", label=name)
+        if any(run.parent.name == "stopped" for run in runs):
+            ax.legend(loc="upper right", fontsize=7)
         ax.axhline(floor, color="grey", linestyle="--", label="random floor")
         ax.axvline(3000, color="black", linestyle=":", label="suite budget (3,000)")
         note = "AVX2, rebuilt start" if setting in LATER else MIXED.get(setting)
