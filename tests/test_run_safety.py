@@ -770,6 +770,29 @@ def test_stop_signals_defer_the_first_signal_and_stop_at_once_on_the_second(caps
     assert capsys.readouterr().err == ""
 
 
+def test_stop_signal_hooks_run_on_the_first_signal_and_before_stopping_at_once(capsys):
+    # `rlid compare` passes the first stop on to its training processes and kills them
+    # on the second; a copy within the repeat window calls neither again
+    import signal
+
+    from rlid.runs.stop import StopSignals
+
+    calls = []
+    hooks = dict(on_first=lambda s: calls.append(("first", s)),
+                 on_again=lambda s: calls.append(("again", s)))  # fmt: skip
+    with StopSignals(announce=False, **hooks):
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # the same stop, delivered twice
+    assert calls == [("first", signal.SIGTERM)]
+    calls.clear()
+    with StopSignals(announce=False, repeat_after=0.0, **hooks):
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert calls == [("first", signal.SIGINT), ("again", signal.SIGINT)]
+    assert "Ctrl-C again: stopping at once" in capsys.readouterr().err
+
+
 def test_a_quiet_run_stopped_exits_with_its_code_and_prints_nothing(monkeypatch, capsys):
     import signal
 

@@ -397,17 +397,15 @@ def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -
 
 
 def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
-    """Wait for torchrun; pass the first SIGTERM / SIGINT on to the training processes
-    (to torchrun until they have all written their pids) and kill everything on a
-    second one. Returns the first signal's number, or None if none came."""
+    """Wait for torchrun inside :class:`StopSignals`: the first SIGTERM / SIGINT is
+    passed on to the training processes (to torchrun until they have all written their
+    pids), a second one kills them all before stopping this process. Returns the first
+    signal's number, or None if none came."""
     import os
     import signal
     import sys
-    import threading
 
-    from rlid.runs.stop import REPEAT_AFTER, SIGNALS
-
-    first: list[tuple[int, float]] = []
+    from rlid.runs.stop import StopSignals, signal_name
 
     def targets() -> list[int]:
         found = [int(f.read_text()) for f in pids.glob("rank[0-9]*")]  # written atomically
@@ -418,19 +416,8 @@ def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
-    def handle(signum: int, frame: object) -> None:
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        if first:
-            if time.monotonic() - first[0][1] < REPEAT_AFTER:
-                return  # the same stop delivered twice
-            send(signal.SIGKILL, [*targets(), proc.pid])
-            restore()
-            print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            signal.raise_signal(signum)
-            return
-        first.append((signum, time.monotonic()))
+    def pass_on(signum: int) -> None:
+        name = signal_name(signum)
         print(
             f"\nrlid: {name}: passed on to the {nproc} training processes, which stop after "
             f"this iteration with a checkpoint ({name} again stops them at once)",
@@ -438,21 +425,12 @@ def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
         )  # fmt: skip
         send(signum, targets())
 
-    previous: dict[int, Any] = {}
+    def kill_all(signum: int) -> None:
+        send(signal.SIGKILL, [*targets(), proc.pid])
 
-    def restore() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        previous.clear()
-
-    if threading.current_thread() is threading.main_thread():
-        for signum in SIGNALS:
-            previous[signum] = signal.signal(signum, handle)
-    try:
+    with StopSignals(announce=False, on_first=pass_on, on_again=kill_all) as stop:
         proc.wait()
-    finally:
-        restore()
-    return first[0][0] if first else None
+    return stop.signum
 
 
 def _checkpointed_iteration(run_dir: Path) -> int:

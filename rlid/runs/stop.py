@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -71,13 +72,28 @@ class RunStopped(Exception):
         return 128 + self.signum
 
 
+def signal_name(signum: int) -> str:
+    """How a stop names its signal: ``Ctrl-C`` for SIGINT, else ``SIGTERM`` etc."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
 class StopSignals:
     """Context manager: while open, the first SIGTERM / SIGINT sets ``signum`` instead
     of stopping the process; the previous handlers come back on exit. ``enabled=False``:
-    a no-op (``requested`` stays False)."""
+    a no-op (``requested`` stays False).
+
+    ``on_first(signum)`` runs after the first signal (``rlid compare`` passes it on to
+    its training processes there); ``on_again(signum)`` runs before a second one stops
+    the process at once (there: kills them)."""
 
     def __init__(
-        self, *, enabled: bool = True, repeat_after: float = REPEAT_AFTER, announce: bool = True
+        self,
+        *,
+        enabled: bool = True,
+        repeat_after: float = REPEAT_AFTER,
+        announce: bool = True,
+        on_first: Callable[[int], None] | None = None,
+        on_again: Callable[[int], None] | None = None,
     ) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
@@ -85,6 +101,7 @@ class StopSignals:
         self._repeat_after = repeat_after
         self._first_at = 0.0
         self._announce = announce  # False: a rank other than the writer keeps quiet
+        self._on_first, self._on_again = on_first, on_again
 
     @property
     def requested(self) -> bool:
@@ -105,11 +122,13 @@ class StopSignals:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        name = signal_name(signum)
         if self.signum is not None:
             if time.monotonic() - self._first_at < self._repeat_after:
                 return  # the same stop delivered twice (see the module docstring)
             # a second one: stop now, as without the handler
+            if self._on_again is not None:
+                self._on_again(signum)
             self._restore()
             print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
             if signum == signal.SIGINT:
@@ -117,10 +136,11 @@ class StopSignals:
             signal.raise_signal(signum)
             return
         self.signum, self._first_at = signum, time.monotonic()
-        if not self._announce:
-            return
-        print(
-            f"\nrlid: {name}: stopping after this iteration, with a checkpoint "
-            f"({name} again stops at once, losing the iteration)",
-            file=sys.stderr, flush=True,
-        )  # fmt: skip
+        if self._announce:
+            print(
+                f"\nrlid: {name}: stopping after this iteration, with a checkpoint "
+                f"({name} again stops at once, losing the iteration)",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+        if self._on_first is not None:
+            self._on_first(signum)
