@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+@cache  # the README links to docs/suite.md dozens of times: parse each target once
 def anchors(path: Path) -> set[str]:
     text = FENCE.sub("", path.read_text(encoding="utf-8"))
     return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
