@@ -4,13 +4,15 @@
    stepped in this process (``env_workers=0``) vs in worker processes
    (``env_workers=W``), same games, same random actions.
 2. Update: label readout + decision-PPO loss + backward + AdamW step on a random
-   28.5M-parameter model (``rlid.models`` "large" preset), time and peak memory,
-   in float32, bf16 autocast (float32 master weights), and float32 with gradient
-   checkpointing. Peak memory is the CUDA allocator's peak on a GPU, and the peak of
-   live CPU tensors (torch profiler) on the CPU.
+   28.5M-parameter model (``rlid.models`` "large" preset) or a local model directory
+   (``--model PATH``, e.g. a random model of a real shape from
+   ``benchmarks/random_model.py``), time and peak memory, in float32, bf16 autocast
+   (float32 master weights), and bf16 autocast with gradient checkpointing. Peak
+   memory is the CUDA allocator's peak on a GPU (weights, gradients and optimizer
+   state included), and the peak of live CPU tensors (torch profiler) on the CPU.
 
     python benchmarks/hardware.py [--envs 16] [--workers 2] [--steps 20] [--batch 4]
-        [--reps 2] [--device auto] [--only env|update]
+        [--reps 2] [--device auto] [--model large|PATH] [--only env|update]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
-from rlid.models import build_model_from_config, model_config
+from rlid.models import build_model_from_config, load_policy_model, model_config
 from rlid.policy import DecisionPolicy
 from rlid.tokenizer import build_tiny_tokenizer
 from rlid.trainer import ppo_update
@@ -125,13 +127,19 @@ def _bench_setting(
     peak_tensor_bytes: Any,
 ) -> str:  # fmt: skip
     """One table row: time and peak memory of readout + update under ``changes``."""
-    tokenizer = build_tiny_tokenizer()
     config = TrainConfig(
         device=str(device), epochs=1, minibatch_size=args.batch, max_grad_norm=1.0,
         **changes,  # type: ignore[arg-type]
     )  # fmt: skip
     precision = Precision.from_config(config)
-    model = build_model_from_config(model_config(tokenizer, "large"), seed=args.seed)
+    if args.model == "large":
+        tokenizer = build_tiny_tokenizer()
+        model = build_model_from_config(model_config(tokenizer, "large"), seed=args.seed)
+    else:
+        model, tokenizer = load_policy_model(args.model)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     precision.place(model)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
@@ -168,28 +176,40 @@ def _bench_setting(
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
         update()
-        peak = torch.cuda.max_memory_allocated() - base
+        peak = torch.cuda.max_memory_allocated()  # weights, grads, optimizer state included
     else:
         peak = peak_tensor_bytes(update)
-    return f"| {name} | {min(times):.2f} | {peak / 2**20:.0f} | {out['loss']:.4f} |"
+    best = min(times)
+    return (
+        f"| {name} | {best:.3f} | {args.batch / best:.1f} | {peak / 2**20:.0f} "
+        f"| {out['loss']:.4f} |"
+    )
+
+
+SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fp32": ("float32", dict()),
+    "bf16": ("bf16 autocast", dict(mixed_precision="bf16")),
+    "fp32-ckpt": ("float32 + gradient checkpointing", dict(gradient_checkpointing=True)),
+    "bf16-ckpt": ("bf16 autocast + gradient checkpointing",
+                  dict(mixed_precision="bf16", gradient_checkpointing=True)),
+}  # fmt: skip
 
 
 def bench_update(args: argparse.Namespace) -> list[str]:
     device = resolve_device(args.device)
-    settings: list[tuple[str, dict[str, Any]]] = [
-        ("float32", dict()),
-        ("bf16 autocast", dict(mixed_precision="bf16")),
-        ("float32 + gradient checkpointing", dict(gradient_checkpointing=True)),
+    settings = [
+        (name, changes) for key, (name, changes) in SETTINGS.items() if key in args.settings
     ]
     peak_tensor_bytes = _sibling("readout").peak_tensor_bytes
+    what = "random 28.5M model ('large')" if args.model == "large" else args.model
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    memory = "CUDA allocator peak, all" if device.type == "cuda" else "peak live tensor"
     lines = [
-        f"### update: random 28.5M model ('large'), {args.batch} decisions, device {device}",
+        f"### update: {what}, {args.batch} decisions, device {device} ({where})",
         "",
-        "| setting | readout + update s (min) | peak memory MiB | loss |",
-        "|---|---|---|---|",
+        f"| setting | readout + update s (min) | decisions/s | {memory} MiB | loss |",
+        "|---|---|---|---|---|",
     ]
     for name, changes in settings:
         lines.append(_bench_setting(name, changes, args, device, peak_tensor_bytes))
@@ -205,6 +225,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--model", default="large", help="'large' (random 28.5M) or PATH")
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+        help="update settings to measure",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=["env", "update"], default=None)

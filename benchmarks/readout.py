@@ -42,6 +42,10 @@ Usage::
     python benchmarks/readout.py --model tiny --batch 8 --reps 3
     python benchmarks/readout.py --model large --batch 2 --reps 2
     python benchmarks/readout.py --model /path/to/hf-model-dir
+    python benchmarks/readout.py --model /path/to/hf-model-dir --device cuda --dtype bfloat16
+
+On a GPU, times are taken after ``torch.cuda.synchronize()`` and memory is the CUDA
+allocator's peak during the call above what was allocated before it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from baselines.engine import shared_prompt_logprobs
+from rlid.hardware import resolve_device
 from rlid.models import build_model_from_config, load_policy_model, model_config
 from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
 from rlid.tokenizer import build_tiny_tokenizer
@@ -156,22 +161,31 @@ def make_methods(
     max_new_tokens: int,
     stop_ids: list[int],
 ) -> tuple[dict[str, Callable[[], object]], CallStats]:
-    """The methods as zero-argument callables over pre-tokenized inputs, plus stats."""
+    """The methods as zero-argument callables over pre-tokenized inputs, plus stats.
+
+    Every input tensor is placed on the model's device here, before any timing.
+    """
+    device = model.get_output_embeddings().weight.device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     vocab_size = model.get_output_embeddings().weight.shape[0]
     batch, k = len(decisions.answer_ids), decisions.menu_size
-    answer_ids, answer_mask = left_pad_ids(decisions.answer_ids, pad_id)  # (B, T)
+    answer_ids, answer_mask = (t.to(device) for t in left_pad_ids(decisions.answer_ids, pad_id))
     answer_pos = position_ids_for(answer_mask)  # (B, T)
-    label_ids, label_valid = pad_label_ids(decisions.label_ids, vocab_size)  # (B, K)
-    command_ids, command_mask = left_pad_ids(decisions.command_ids, pad_id)  # (B, T')
+    label_ids, label_valid = (t.to(device) for t in pad_label_ids(decisions.label_ids, vocab_size))
+    command_ids, command_mask = (
+        t.to(device) for t in left_pad_ids(decisions.command_ids, pad_id)
+    )  # (B, T')
 
     scored = [p + a for p, acts in zip(decisions.command_ids, decisions.action_ids) for a in acts]
-    scored_ids, scored_mask = left_pad_ids(scored, pad_id)  # (B*K, T'')
+    scored_ids, scored_mask = (t.to(device) for t in left_pad_ids(scored, pad_id))  # (B*K, T'')
     scored_pos = position_ids_for(scored_mask)
-    action_len = torch.tensor([len(a) for acts in decisions.action_ids for a in acts])  # (B*K,)
+    action_len = torch.tensor(
+        [len(a) for acts in decisions.action_ids for a in acts], device=device
+    )  # (B*K,)
     n_max = int(action_len.max())
     action_tokens = scored_ids[:, -n_max:]  # (B*K, n)
-    in_action = torch.arange(n_max) >= n_max - action_len[:, None]  # (B*K, n)
+    in_action = torch.arange(n_max, device=device) >= n_max - action_len[:, None]  # (B*K, n)
+    stop_tensor = torch.tensor(stop_ids, device=device)
     stats = CallStats(
         answer_tokens=float(answer_mask.sum(-1).float().mean()),
         scored_tokens=int(scored_mask.sum()),
@@ -219,7 +233,7 @@ def make_methods(
             pad_token_id=pad_id,
         )
         new = out[:, command_ids.shape[1] :]  # (B, n_new)
-        stop = torch.isin(new, torch.tensor(stop_ids))
+        stop = torch.isin(new, stop_tensor)
         # tokens up to and including the first stop token (or all of them)
         first_stop = torch.where(stop.any(-1), stop.int().argmax(-1) + 1, new.shape[1])
         stats.generated.append(float(first_stop.float().mean()))
@@ -254,13 +268,26 @@ def peak_tensor_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def load(name: str, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
+def cuda_peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes the CUDA allocator held during ``fn()``, above what it held before."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = fn()
+    del result
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def load(
+    name: str, seed: int, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
     """``tiny`` (warm if cached), ``large`` (random ~30M), or a local model directory."""
     if name == "large":
         tokenizer = build_tiny_tokenizer()
-        model = build_model_from_config(model_config(tokenizer, "large"), seed=seed)
+        model = build_model_from_config(model_config(tokenizer, "large"), seed=seed, dtype=dtype)
         return model, tokenizer, "fresh"
-    model, tokenizer = load_policy_model(name)
+    model, tokenizer = load_policy_model(name, dtype=dtype)
     return model, tokenizer, model.rlid_origin
 
 
@@ -268,14 +295,23 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    model, tokenizer, origin = load(args.model, args.seed)
+    device = resolve_device(args.device)
+    model, tokenizer, origin = load(args.model, args.seed, getattr(torch, args.dtype))
+    model.to(device)
     stop_ids = newline_token_ids(tokenizer)
     params = sum(p.numel() for p in model.parameters())
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(
         f"model={args.model} ({origin}, {type(model).__name__}, {params / 1e6:.2f}M params, "
         f"{model.dtype}) vocab={len(tokenizer)} batch={args.batch} reps={args.reps} "
-        f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
+        f"device={device} ({where}) threads={torch.get_num_threads()} "
+        f"max_new_tokens={args.max_new_tokens}"
     )
+    measure_peak = cuda_peak_bytes if device.type == "cuda" else peak_tensor_bytes
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     setups = {}
     for k in args.menu_sizes:
@@ -290,12 +326,14 @@ def run(args: argparse.Namespace) -> None:
             gap = (methods["twosome"]() - methods["twosome_kv"]()).abs().max()  # type: ignore[operator]
             print(f"K={k}: |twosome - twosome_kv| = {float(gap):.1e} (one distribution)")
             for name in METHODS:
-                peaks[k, name] = peak_tensor_bytes(methods[name])
+                peaks[k, name] = measure_peak(methods[name])
         for _ in range(args.reps):
             for k, (methods, _) in setups.items():
                 for name in METHODS:
+                    synchronize()
                     start = time.perf_counter()
                     methods[name]()
+                    synchronize()
                     times[k, name].append(time.perf_counter() - start)
 
     ms = {key: 1000 * min(v) for key, v in times.items()}
@@ -305,7 +343,7 @@ def run(args: argparse.Namespace) -> None:
     header = (
         f"{'K':>3} {'tok/prompt':>10} {'readout':>9} {'plain':>9} {'(a) r/p':>8} "
         f"{'twosome':>9} {'(b) t/r':>8} {'0.8K':>5} {'tw_kv':>8} {'kv/r':>5} "
-        f"{'generate':>9} {'new tok':>7} {'(c) g/r':>8}"
+        f"{'generate':>9} {'new tok':>7} {'(c) g/r':>8} {'decisions/s':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -316,7 +354,7 @@ def run(args: argparse.Namespace) -> None:
         print(
             f"{k:>3} {stats.answer_tokens:>10.0f} {r:>9.1f} {p:>9.1f} {r / p:>8.2f} "
             f"{t:>9.1f} {t / r:>8.1f} {0.8 * k:>5.1f} {tkv:>8.1f} {tkv / r:>5.1f} "
-            f"{g:>9.1f} {new_tokens:>7.1f} {g / r:>8.1f}"
+            f"{g:>9.1f} {new_tokens:>7.1f} {g / r:>8.1f} {1000 * args.batch / r:>11.0f}"
         )
         verdicts.append((r / p <= 1.05, t / r >= 0.8 * k, g / r >= 3))
     names = ["(a) readout <= 1.05x plain", "(b) twosome >= 0.8K x readout", "(c) generate >= 3x"]
@@ -324,7 +362,8 @@ def run(args: argparse.Namespace) -> None:
         ok = sum(v[i] for v in verdicts)
         print(f"{name}: met at {ok}/{len(verdicts)} menu sizes")
 
-    print("\nPeak tensor memory per call (MiB above weights; torch profiler allocation events)")
+    how = "CUDA allocator peak" if device.type == "cuda" else "torch profiler allocation events"
+    print(f"\nPeak tensor memory per call (MiB above weights; {how})")
     header = f"{'K':>3} " + " ".join(f"{m:>10}" for m in METHODS) + f" {'tokens twosome':>15}"
     print(header)
     print("-" * len(header))
@@ -342,6 +381,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+        help="parameter dtype of the model",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.batch < 1 or args.reps < 1:
         parser.error("--batch and --reps must be >= 1")

@@ -43,6 +43,24 @@ AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
 }
 
 
+def cuda_memory_row(device: torch.device) -> dict[str, float] | None:
+    """The CUDA allocator's peaks on ``device`` since the last call (GiB), then reset.
+
+    None when ``device`` is not a CUDA device. Logged per iteration as ``gpu_memory``
+    in ``metrics.jsonl``: ``peak_allocated_gib`` (tensors) and ``peak_reserved_gib``
+    (what the caching allocator held, closer to what ``nvidia-smi`` shows). With
+    several processes each measures its own device; rank 0's row is the one written.
+    """
+    if device.type != "cuda":
+        return None
+    row = {
+        "peak_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
+    }
+    torch.cuda.reset_peak_memory_stats(device)
+    return row
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` -> a usable ``torch.device`` (clear errors)."""
     if name == "auto":

@@ -40,7 +40,9 @@ from rlid.hardware import (
     OffloadedModel,
     Precision,
     Stepper,
+    cuda_memory_row,
     enable_gradient_checkpointing,
+    resolve_device,
     train_mode_without_dropout,
 )
 from rlid.lora import AdapterDisabled, load_run_model, own_memory
@@ -633,6 +635,11 @@ def end_iteration(
             eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
             world=world,
         )  # fmt: skip
+    memory = cuda_memory_row(
+        resolve_device(config.device)
+    )  # rollouts, update and eval of this iteration
+    if memory is not None:
+        row["gpu_memory"] = memory
     log.append_metrics(row)
     spent = budget.get(config.budget_currency)
     stopping = stop is not None and dist_.any_rank(stop.requested, world)

@@ -13,6 +13,7 @@ from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.hardware import (
     Precision,
+    cuda_memory_row,
     enable_gradient_checkpointing,
     resolve_device,
     train_mode_without_dropout,
@@ -115,6 +116,22 @@ def test_training_runs_with_every_tensor_on_the_device(tmp_path, device, plane):
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
     assert recorded["device"] == device
     assert "device" in (tmp_path / "run" / "summary.md").read_text()
+    memory = [r.get("gpu_memory") for r in rows]
+    if device == "cuda":
+        assert all(m is not None and m["peak_allocated_gib"] > 0 for m in memory), memory
+    else:
+        assert memory == [None] * len(rows)
+
+
+def test_cuda_memory_row_reads_then_resets_the_allocator_peaks(monkeypatch):
+    assert cuda_memory_row(torch.device("cpu")) is None
+    resets = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 3 * 2**29)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: 2**31)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: resets.append(d))
+    row = cuda_memory_row(torch.device("cuda", 0))
+    assert row == {"peak_allocated_gib": 1.5, "peak_reserved_gib": 2.0}
+    assert resets == [torch.device("cuda", 0)]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One pass over rlid's GPU paths on a CUDA machine, about 6 minutes on one H200:
+#   1. the device tests (tests/test_hardware.py runs each device test on cpu and cuda)
+#   2. a random model of Qwen2-0.5B's shape (benchmarks/random_model.py)
+#   3. label readout vs plain forward vs action scoring vs generation, bf16 weights
+#   4. readout + decision-PPO update: time, decisions/s, peak memory (4 settings)
+#   5. `rlid train` end to end with that model: cuda, bf16 autocast, chat template
+#   6. the same under torchrun with nccl: --parallel ddp and --parallel fsdp
+#   7. the 28.5M 'large' update on cuda, to set beside the CPU numbers in the README
+#
+#   bash benchmarks/gpu_check.sh              # logs to $OUT (default /tmp/rlid-gpu)
+#
+# Needs torch with CUDA, transformers, and rlid installed (or importable from the
+# repository root); a Qwen tokenizer directory in $TOKENIZER (default .gpu/qwen-tok,
+# written by `python benchmarks/random_model.py --tokenizer qwen-bpe --tokenizer-only
+# --out .gpu/qwen-tok` on a machine with the test extra). Each step has its own time
+# limit, so one that hangs costs its limit and the rest still run.
+set -u
+OUT=${OUT:-/tmp/rlid-gpu}
+PY=${PY:-python3}
+TOKENIZER=${TOKENIZER:-.gpu/qwen-tok}
+WORK=${WORK:-/tmp/rlid-gpu-work}
+MODEL=$WORK/qwen2-0.5b-random
+mkdir -p "$OUT" "$WORK"
+LOG=$OUT/gpu.log
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false RLID_CACHE_DIR=$WORK/cache
+
+step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log all, print the tail
+    local name=$1 limit=$2 start rc
+    shift 2
+    start=$(date +%s)
+    echo "=== $name: $*" | tee -a "$LOG"
+    timeout --kill-after 10 "$limit" "$@" > "$WORK/$name.out" 2>&1
+    rc=$?
+    grep -v -e '^USDT' -e 'profiler_st' "$WORK/$name.out" >> "$LOG"
+    echo "=== $name: rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$LOG"
+    grep -v -e '^USDT' -e 'profiler_st' -e 'Warning' "$WORK/$name.out" | tail -n "${TAIL:-14}"
+}
+
+nvidia-smi -L | tee -a "$LOG"
+$PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'transformers', transformers.__version__, torch.cuda.get_device_name(0))" | tee -a "$LOG"
+
+step tests 120 $PY -m pytest -q -x -p no:cacheprovider tests/test_hardware.py
+step model 60 $PY benchmarks/random_model.py --shape qwen2-0.5b --tokenizer "$TOKENIZER" \
+    --out "$MODEL"
+TAIL=16 step readout 90 $PY benchmarks/readout.py --model "$MODEL" --device cuda \
+    --dtype bfloat16 --batch 16 --reps 5 --menu-sizes 4 8 16 32 --max-new-tokens 8
+step update 120 $PY benchmarks/hardware.py --only update --device cuda --model "$MODEL" \
+    --batch 16 --reps 3
+
+TRAIN=(train --model "$MODEL" --env keydoor -o size=3 --device cuda --steps 400
+       --groups-per-iter 2 --group-size 8 --eval-episodes 8 --minibatch-size 32 --quiet)
+metrics() {  # the last metrics row of a run, in one line
+    $PY - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1] + "/metrics.jsonl")]
+r = rows[-1]
+print(f"iterations {len(rows)}  env_steps {r['budget']['env_steps']}  return {r['return']:.2f}  "
+      f"time split {json.dumps({k: round(v, 2) for k, v in r['time'].items()})}  "
+      f"gpu_memory {r.get('gpu_memory')}")
+EOF
+}
+step train 120 $PY -m rlid "${TRAIN[@]}" --mixed-precision bf16 --out "$WORK/runs/bf16"
+metrics "$WORK/runs/bf16" | tee -a "$LOG"
+for parallel in ddp fsdp; do
+    step "torchrun-$parallel" 120 torchrun --standalone --nproc-per-node 1 -m rlid \
+        "${TRAIN[@]}" --mixed-precision bf16 --parallel "$parallel" \
+        --out "$WORK/runs/$parallel"
+    metrics "$WORK/runs/$parallel" | tee -a "$LOG"
+done
+step large 60 $PY benchmarks/hardware.py --only update --device cuda --batch 4 --reps 3
+cp "$WORK"/runs/bf16/metrics.jsonl "$OUT"/train_bf16_metrics.jsonl 2>/dev/null
+cp "$WORK"/runs/fsdp/metrics.jsonl "$OUT"/train_fsdp_metrics.jsonl 2>/dev/null
+echo "done; full log in $LOG"
