@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
+from menus import resolve_template
 from rlid import distributed as dist_
 from rlid.advantages import episode_return, gae, group_relative_advantages, next_values_from
 from rlid.budget import Budget, Timers
@@ -597,7 +598,10 @@ def begin_run(
         dist_.broadcast_parameters(synced, world)
         return iteration
     dist_.broadcast_parameters(synced, world)
-    log.write_origin(getattr(model, "rlid_origin", str(config.model)))
+    log.write_origin(
+        getattr(model, "rlid_origin", str(config.model)),
+        template=resolve_template(config.interface, eval_policy.tokenizer),
+    )
     before = evaluate(
         eval_policy, eval_envs, config.eval_episodes, interface=config.interface, world=world
     )

@@ -12,6 +12,7 @@ are facts of these vocabularies, read off once by hand.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -277,3 +278,41 @@ def test_sentencepiece_continuation_after_inst_is_go_west_not_space_go(mistral):
     assert tok.convert_ids_to_tokens(encode(tok, "go west\n"))[0] == "▁go"
     llama2 = _with_template(mistral[1], LLAMA2_TEMPLATE)
     assert command_context(interface, llama2) == (" [/INST]", " ")
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def qwen_chat_dir(qwen, tmp_path_factory):
+    """The Qwen-vocabulary model saved with ChatML, as a user's local model directory."""
+    model, tok = qwen
+    out = tmp_path_factory.mktemp("qwen-chat") / "model"
+    model.save_pretrained(out)
+    _with_template(tok, CHATML_TEMPLATE).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("plane", ["decision", "scoring", "token"])
+def test_a_local_chat_model_with_a_real_vocabulary_trains_and_evaluates(
+    qwen_chat_dir, tmp_path, plane
+):
+    """`rlid train --model DIR` then `rlid eval --run`: a 151,646-token byte-level BPE,
+    its chat template resolved by `--template auto` and recorded with the run."""
+    from rlid.cli.main import main as cli_main
+    from rlid.runs.dir import read_metrics
+
+    out = tmp_path / "run"
+    flags = ["--max-new-tokens", "4"] if plane == "token" else []
+    options = [x for k, v in GAME.items() for x in ("-o", f"{k}={v}")]
+    code = cli_main(
+        ["train", "--model", str(qwen_chat_dir), "--plane", plane, "--env", "keydoor",
+         *options, "--steps", "20", "--groups-per-iter", "2", "--group-size", "2",
+         "--eval-episodes", "2", "--threads", "1", "--quiet", "--out", str(out), *flags]
+    )  # fmt: skip
+    assert code == 0
+    rows = read_metrics(out)
+    assert rows and all(np.isfinite(r["return"]) for r in rows)
+    assert all(np.isfinite(r["loss"]) for r in rows if "loss" in r)  # no update: no loss
+    evals = json.loads((out / "eval.json").read_text())
+    assert evals["prompt_template"] == "chat" and evals["model_origin"] == "local"
+    assert "prompt template chat" in (out / "summary.md").read_text()
+    assert cli_main(["eval", "--run", str(out), "--episodes", "2", "--json"]) == 0

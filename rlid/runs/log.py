@@ -400,8 +400,12 @@ class RunLog:
         rundir.append_metrics_row(self.path, row)
         self.trackers.log_row(row)
 
-    def write_origin(self, origin: str) -> None:
-        self._update_eval({"model_origin": origin})
+    def write_origin(self, origin: str, *, template: str | None = None) -> None:
+        """The starting model's origin and the prompt template the run resolved."""
+        entries: dict[str, Any] = {"model_origin": origin}
+        if template is not None:
+            entries["prompt_template"] = template  # "plain" or "chat" (auto resolved)
+        self._update_eval(entries)
 
     def write_eval(self, key: str, stats: dict[str, float]) -> None:
         self._update_eval({key: stats})

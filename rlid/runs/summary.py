@@ -125,10 +125,16 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         f"advantage {config.advantage}{_episode_weight(config)}"
     )
     lines.append("")
-    lines.append(
+    hardware = (
         f"device {getattr(config, 'device', 'cpu')}, dtype {getattr(config, 'dtype', 'float32')}, "
         f"mixed precision {getattr(config, 'mixed_precision', 'none')}"
     )
+    if evals.get("prompt_template"):
+        hardware += f", prompt template {evals['prompt_template']}"
+    peaks = [r["gpu_memory"]["peak_allocated_gib"] for r in metrics if r.get("gpu_memory")]
+    if peaks:
+        hardware += f", peak GPU memory {max(peaks):.2f} GiB allocated (largest iteration)"
+    lines.append(hardware)
     lines.append("")
     lines += software_lines(run_dir)
     lines.append("## Held-out evaluation")

@@ -1,0 +1,77 @@
+"""The benchmark scripts run: a random model of a (tiny) real shape, the readout and
+update benchmarks on it, and the GPU check script's syntax (it needs CUDA to run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TINY_QWEN = dict(
+    model_type="qwen2", vocab_size=151936, hidden_size=16, intermediate_size=32,
+    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+    max_position_embeddings=2048, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+)  # fmt: skip
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def random_qwen(tmp_path_factory):
+    """A random model of a tiny Qwen2 shape with Qwen's real BPE, written by the script."""
+    pytest.importorskip("dashscope")
+    pytest.importorskip("tiktoken")
+    random_model = _script("random_model")
+    root = tmp_path_factory.mktemp("random-model")
+    random_model.main(["--tokenizer", "qwen-bpe", "--tokenizer-only", "--out", str(root / "tok")])
+    random_model.SHAPES["test-tiny"] = TINY_QWEN
+    random_model.main(
+        ["--shape", "test-tiny", "--tokenizer", str(root / "tok"), "--out", str(root / "model"),
+         "--dtype", "float32"]
+    )  # fmt: skip
+    return random_model, root
+
+
+def test_random_model_writes_a_loadable_directory_and_refuses_to_overwrite(random_qwen):
+    from rlid.models import load_policy_model
+
+    random_model, root = random_qwen
+    model, tokenizer = load_policy_model(root / "model")
+    assert len(tokenizer) == 151646 and tokenizer.chat_template is not None
+    assert model.config.hidden_size == 16 and model.config.eos_token_id == tokenizer.eos_token_id
+    assert not (root / "model.partial").exists()
+    with pytest.raises(SystemExit):
+        random_model.main(["--tokenizer", str(root / "tok"), "--out", str(root / "model")])
+
+
+def test_readout_and_update_benchmarks_run_on_a_local_model(random_qwen, capsys):
+    _, root = random_qwen
+    _script("readout").main(
+        ["--model", str(root / "model"), "--device", "cpu", "--batch", "2", "--reps", "1",
+         "--menu-sizes", "4", "--max-new-tokens", "2"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "decisions/s" in out and "device=cpu" in out and "met at" in out
+    _script("hardware").main(
+        ["--only", "update", "--model", str(root / "model"), "--device", "cpu", "--batch", "2",
+         "--reps", "1", "--settings", "fp32", "fp32-ckpt", "--threads", "1"]
+    )  # fmt: skip
+    rows = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| float32")]
+    assert len(rows) == 2
+    losses = [float(x.strip(" |").split("|")[-1]) for x in rows]
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # checkpointing: same loss
+
+
+def test_gpu_check_script_parses():
+    subprocess.run(["bash", "-n", str(BENCHMARKS / "gpu_check.sh")], check=True)
