@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
+
 # the published configs' shapes (hidden sizes, layers, heads, vocabulary)
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen2-0.5b": dict(
@@ -52,41 +54,13 @@ SHAPES: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
-CHATML_TEMPLATE = (
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
-    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-QWEN_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
-    r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
-
-def qwen_bpe_tokenizer() -> PreTrainedTokenizerBase:
-    """Qwen's byte-level BPE from the ranks file inside the ``dashscope`` wheel."""
-    try:
-        import dashscope  # type: ignore[import-untyped]
-    except ImportError:
-        sys.exit("--tokenizer qwen-bpe needs dashscope and tiktoken: pip install -e '.[test]'")
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    ranks = Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    raw = TikTokenConverter(
-        vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=specials
-    ).converted()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    tokenizer.chat_template = CHATML_TEMPLATE
-    return tokenizer
-
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     if source == "qwen-bpe":
-        return qwen_bpe_tokenizer()
+        try:
+            return qwen_bpe_tokenizer(chat_template=CHATML_TEMPLATE)
+        except ImportError as err:
+            sys.exit(f"--tokenizer qwen-bpe: {err}")
     path = Path(source)
     if not path.is_dir():
         sys.exit(f"--tokenizer {source!r}: not 'qwen-bpe' and not a directory")

@@ -13,6 +13,11 @@ pair still needed to merge it has a count >= ``_BOOST`` until it is a single
 token, and BPE merges by decreasing count; the vocabulary budget is sized to
 cover those merges (the tests check every required form).
 
+``qwen_bpe_tokenizer()`` is a real vocabulary built offline: Qwen's byte-level BPE
+ranks as shipped inside the ``dashscope`` wheel (an optional package, in the test
+extra), wrapped as a fast tokenizer with ChatML; the tests and the benchmarks use it
+with small random models, so real tokenizer conventions are checked without a download.
+
 Training takes well under a second and is deterministic (the BPE trainer breaks
 count ties by pair order, not by hash order); the trained tokenizer is kept as
 JSON in-process so repeated builds are instant. Changing the corpus or the word
@@ -115,3 +120,49 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
         model_max_length=TINY_MAX_LENGTH,
     )
+
+
+# Qwen's pre-tokenizer split pattern (its tiktoken regex)
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
+    r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def qwen_bpe_tokenizer(*, chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """Qwen's byte-level BPE (151,646 tokens) from the ranks file inside ``dashscope``.
+
+    Args:
+        chat_template: set as the tokenizer's chat template (e.g. ``CHATML_TEMPLATE``);
+            None leaves it without one (prompts use the plain template).
+
+    Raises:
+        ImportError: ``dashscope`` or ``tiktoken`` is not installed (``pip install -e
+            '.[test]'``).
+    """
+    try:
+        import dashscope  # type: ignore[import-untyped]
+        import tiktoken  # noqa: F401  (the converter reads the ranks with it)
+    except ImportError as err:
+        raise ImportError(
+            f"Qwen's BPE is read from the dashscope wheel with tiktoken ({err.name} is "
+            "missing): pip install -e '.[test]'"
+        ) from None
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    raw = TikTokenConverter(
+        vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=specials
+    ).converted()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer

@@ -38,6 +38,7 @@ from rlid.audit.exact import continuation_ids as audit_continuation_ids
 from rlid.models import load_policy_model
 from rlid.policy import DecisionPolicy
 from rlid.readout import tokenize_prompts
+from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
 
 # Llama-2's chat format: the answer follows "[/INST]" after a space ("[/INST] A</s>").
 LLAMA2_TEMPLATE = (
@@ -50,15 +51,6 @@ MISTRAL_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
     "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}"
     "{{ m['content'] + eos_token }}{% endif %}{% endfor %}"
-)
-CHATML_TEMPLATE = (
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
-    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-QWEN_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
-    r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 GAME = {"size": 3, "keys": 1, "distractors": 1, "max_episode_steps": 6}
 
@@ -105,19 +97,11 @@ def build_mistral(out: Path) -> None:
 
 
 def build_qwen(out: Path) -> None:
-    dashscope = pytest.importorskip("dashscope")
+    pytest.importorskip("dashscope")
     pytest.importorskip("tiktoken")
-    from transformers import PreTrainedTokenizerFast, Qwen2Config
-    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from transformers import Qwen2Config
 
-    ranks = Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    raw = TikTokenConverter(
-        vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=specials
-    ).converted()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
+    tokenizer = qwen_bpe_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=2, eos_token_id=151645,
