@@ -146,7 +146,7 @@ def qwen_bpe_tokenizer(*, chat_template: str | None = None) -> PreTrainedTokeniz
             '.[test]'``).
     """
     try:
-        import dashscope  # type: ignore[import-untyped]
+        import dashscope
         import tiktoken  # noqa: F401  (the converter reads the ranks with it)
     except ImportError as err:
         raise ImportError(
