@@ -780,22 +780,18 @@ def test_an_arm_trained_by_two_processes_matches_one_process(tmp_path):
     assert "nproc=2" in (tmp_path / "report.md").read_text()
 
 
-def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_path):
-    # SIGTERM to the `rlid compare` process alone (a container's first process, a
-    # `kill PID`): it passes the stop on to both training processes, which checkpoint the
-    # same iteration and exit; the comparison exits 143 and its rerun resumes the run
+def _two_process_comparison(tmp_path, defaults=(), **changes):
+    """`rlid compare` of one two-process run in a session of its own, once its first
+    iteration is logged: (process, argv, env, run directory)."""
     import os
-    import signal
     import subprocess
     import sys
     import time
 
-    data = tiny_comparison(
-        arms={"two": {"plane": "decision", "nproc": 2}},
-        references=[],
-        budget={"currency": "env_steps", "amount": 400},  # 20 iterations or more
-    )
+    data = tiny_comparison(arms={"two": {"plane": "decision", "nproc": 2}}, references=[])
+    data.update(changes)
     data["defaults"].update(model="tiny-random", dist_timeout=60.0, checkpoint_every=1000)
+    data["defaults"].update(defaults)
     config = tmp_path / "c.toml"
     config.write_text(to_toml(data))
     out = tmp_path / "out"
@@ -808,15 +804,50 @@ def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_pat
     )  # fmt: skip
     run_dir = out / "runs" / "two-seed0"
     deadline = time.monotonic() + 300
+    while not read_metrics(run_dir):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            _kill_session(proc)
+            raise AssertionError("the comparison never got going")
+        time.sleep(0.05)
+    return proc, argv, env, run_dir
+
+
+def _kill_session(proc) -> None:
+    import os
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _processes_of(run_dir: Path) -> list[str]:
+    """Pids of live processes whose command line names ``run_dir`` (Linux /proc)."""
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(run_dir).encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return left
+
+
+def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_path):
+    # SIGTERM to the `rlid compare` process alone (a container's first process, a
+    # `kill PID`): it passes the stop on to both training processes, which checkpoint the
+    # same iteration and exit; the comparison exits 143 and its rerun resumes the run
+    import signal
+    import subprocess
+
+    budget = {"currency": "env_steps", "amount": 400}  # 20 iterations or more
+    proc, argv, env, run_dir = _two_process_comparison(tmp_path, budget=budget)
+    out = run_dir.parents[1]
     try:
-        while not read_metrics(run_dir):
-            assert time.monotonic() < deadline and proc.poll() is None, "never got going"
-            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc)
     assert proc.returncode == 143, err
     assert "passed on to the 2 training processes" in err, err
     assert "stopped by SIGTERM after iteration" in err and "Traceback" not in err, err
@@ -827,14 +858,7 @@ def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_pat
     assert not (out / "launch" / "two-seed0.pids").exists()
     assert json.loads((out / "runs.json").read_text())["two-seed0"]["seconds"] > 0
     if Path("/proc").is_dir():  # no training process outlives the comparison
-        left = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if str(run_dir).encode() in cmdline.read_bytes():
-                    left.append(cmdline.parent.name)
-            except OSError:
-                continue
-        assert left == []
+        assert _processes_of(run_dir) == []
 
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -845,6 +869,37 @@ def test_a_comparison_run_by_two_processes_passes_sigterm_on_and_resumes(tmp_pat
     rows = read_metrics(run_dir)
     assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
     assert rows[-1]["budget"]["env_steps"] >= 400 and (out / "report.md").exists()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads live processes from /proc")
+def test_a_second_sigterm_to_a_two_process_comparison_kills_every_process_at_once(tmp_path):
+    # the first SIGTERM asks for a checkpointed stop; a second one, later than the
+    # repeat window, kills both training processes and torchrun and ends the comparison
+    # by SIGTERM's default action, without waiting for the long iteration to finish
+    import signal
+    import time
+
+    from rlid.runs.stop import REPEAT_AFTER
+
+    slow = {"groups_per_iter": 16, "group_size": 8, "epochs": 8, "minibatch_size": 4}
+    proc, _, _, run_dir = _two_process_comparison(
+        tmp_path, defaults=slow, budget={"currency": "env_steps", "amount": 100_000}
+    )
+    try:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(REPEAT_AFTER + 0.5)
+        assert proc.poll() is None, "the iteration ended before the second signal"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_session(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "SIGTERM again: stopping at once" in err, err
+    deadline = time.monotonic() + 10
+    while _processes_of(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)  # SIGKILLed processes vanish once reaped
+    assert _processes_of(run_dir) == []
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1]  # what was logged stays
 
 
 def test_a_run_stopped_before_its_first_checkpoint_says_so():
