@@ -41,3 +41,19 @@ def test_run_summary_states_the_model_origin_first(tmp_path, model, origin, phra
 def test_summary_of_an_unknown_origin_says_so(tmp_path):
     path = write_summary(tmp_path, _small("tiny"), [])
     assert "origin unknown" in path.read_text().splitlines()[2]
+
+
+def test_summary_states_the_prompt_template_and_the_largest_gpu_memory_peak(tmp_path):
+    import json
+
+    (tmp_path / "eval.json").write_text(json.dumps({"prompt_template": "chat"}))
+    peaks = [1.5, 2.25, None]
+    rows = [
+        {"iteration": i + 1, "budget": {"env_steps": 8 * (i + 1)}}
+        | ({"gpu_memory": {"peak_allocated_gib": p, "peak_reserved_gib": 4.0}} if p else {})
+        for i, p in enumerate(peaks)
+    ]
+    text = write_summary(tmp_path, _small("tiny"), rows).read_text()
+    assert "prompt template chat" in text
+    assert "peak GPU memory 2.25 GiB allocated (largest iteration)" in text
+    assert "GPU memory" not in write_summary(tmp_path, _small("tiny"), rows[2:]).read_text()
