@@ -154,7 +154,9 @@ def params(run_dir: Path) -> dict[str, torch.Tensor]:
     return dict(model.state_dict())
 
 
-def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> None:
+def assert_equivalent(
+    one: Path, two: Path, rec_one: Path, rec_two: Path, *, grad_rtol=1e-5, param_atol=1e-4
+) -> None:
     # iteration 1: the same games and the same chosen actions
     assert episodes(rec_one) == episodes(rec_two)
     assert len({r["group"] for r in episodes(rec_two)}) == 4
@@ -168,12 +170,12 @@ def assert_equivalent(one: Path, two: Path, rec_one: Path, rec_two: Path) -> Non
     g1, g2 = torch.load(rec_one / "grad.pt"), torch.load(rec_two / "grad.pt")
     flat1, flat2 = torch.cat([g.flatten() for g in g1]), torch.cat([g.flatten() for g in g2])
     assert flat1.norm() > 0
-    assert (flat1 - flat2).norm() <= 1e-5 * flat1.norm()
+    assert (flat1 - flat2).norm() <= grad_rtol * flat1.norm()
     # parameters after 2 iterations
     p1, p2 = params(one), params(two)
     assert len(read_metrics(one)) == len(read_metrics(two)) == 2
     for key in p1:
-        assert torch.allclose(p1[key], p2[key], rtol=0, atol=1e-4), key
+        assert torch.allclose(p1[key], p2[key], rtol=0, atol=param_atol), key
     saved = json.loads((one / "config.json").read_text())["config"]
     if saved.get("lora_rank", 0):  # adapters start with B = 0
         assert any(p.abs().max() > 0 for k, p in p1.items() if "lora_B" in k)
@@ -259,6 +261,25 @@ def test_two_processes_train_like_one_fsdp_with_value_head(tmp_path, cache):
     eval1 = json.loads((tmp_path / "one" / "eval.json").read_text())
     eval2 = json.loads((tmp_path / "two" / "eval.json").read_text())
     assert eval1["after"] == pytest.approx(eval2["after"])
+
+
+def test_two_processes_train_like_one_fsdp_bf16_checkpointing_kl(tmp_path, cache):
+    # what a GPU run of a real model combines: FSDP2, bf16 autocast (float32 master
+    # weights), activation checkpointing, a frozen KL reference and micro-batches. A
+    # rank's share of a minibatch is a bf16 batch of another shape than one process's,
+    # so the gradient agrees to bf16 rounding (measured: 4e-3 relative), not float32's
+    cfg = config(
+        parallel="fsdp", mixed_precision="bf16", gradient_checkpointing=True, kl_coef=0.1,
+        micro_batch_size=3,
+    )  # fmt: skip
+    rec1 = run(1, tmp_path / "one", cfg, cache)
+    rec2 = run(2, tmp_path / "two", cfg, cache)
+    assert_equivalent(
+        tmp_path / "one", tmp_path / "two", rec1, rec2, grad_rtol=1e-2, param_atol=1e-3
+    )
+    saved = json.loads((tmp_path / "two" / "config.json").read_text())["config"]
+    assert (saved["mixed_precision"], saved["gradient_checkpointing"]) == ("bf16", True)
+    assert all(row["kl_ref"] >= 0 for row in read_metrics(tmp_path / "two"))
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
