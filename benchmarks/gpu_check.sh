@@ -5,7 +5,9 @@
 #   3. label readout vs plain forward vs action scoring vs generation, bf16 weights
 #   4. readout + decision-PPO update: time, decisions/s, peak memory (4 settings)
 #   5. `rlid train` end to end with that model: cuda, bf16 autocast, chat template
-#   6. the same under torchrun with nccl: --parallel ddp and --parallel fsdp
+#   6. two torchrun processes on the CUDA machine with --device cpu: the group pairs
+#      gloo with nccl there ("cpu:gloo,cuda:nccl"); two ranks cannot share one GPU
+#      under nccl, so nccl collectives themselves need a machine with two GPUs
 #   7. the 28.5M 'large' update on cuda, to set beside the CPU numbers in the README
 #
 #   bash benchmarks/gpu_check.sh              # logs to $OUT (default /tmp/rlid-gpu)
@@ -64,12 +66,12 @@ EOF
 step train 120 $PY -m rlid "${TRAIN[@]}" --mixed-precision bf16 --out "$WORK/runs/bf16"
 metrics "$WORK/runs/bf16" | tee -a "$LOG"
 for parallel in ddp fsdp; do
-    step "torchrun-$parallel" 120 torchrun --standalone --nproc-per-node 1 -m rlid \
-        "${TRAIN[@]}" --mixed-precision bf16 --parallel "$parallel" \
-        --out "$WORK/runs/$parallel"
-    metrics "$WORK/runs/$parallel" | tee -a "$LOG"
+    step "torchrun-cpu-$parallel" 120 torchrun --standalone --nproc-per-node 2 -m rlid train \
+        --model tiny-random --env keydoor -o size=2 --device cpu --steps 64 \
+        --groups-per-iter 4 --group-size 2 --eval-episodes 4 --threads 1 --quiet \
+        --parallel "$parallel" --out "$WORK/runs/cpu-$parallel"
+    metrics "$WORK/runs/cpu-$parallel" | tee -a "$LOG"
 done
 step large 60 $PY benchmarks/hardware.py --only update --device cuda --batch 4 --reps 3
 cp "$WORK"/runs/bf16/metrics.jsonl "$OUT"/train_bf16_metrics.jsonl 2>/dev/null
-cp "$WORK"/runs/fsdp/metrics.jsonl "$OUT"/train_fsdp_metrics.jsonl 2>/dev/null
 echo "done; full log in $LOG"

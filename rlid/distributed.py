@@ -3,8 +3,11 @@
 Launch with ``torchrun --nproc-per-node N -m rlid train ...`` (several machines:
 torchrun's ``--nnodes`` / ``--rdzv-*`` flags). Without a launcher (no
 ``WORLD_SIZE`` in the environment) everything here is a no-op on a world of one,
-so the single-process path stays the plain path. Backend: ``nccl`` on CUDA,
-``gloo`` on CPU.
+so the single-process path stays the plain path. Backend: ``gloo`` on a CPU
+machine; on a CUDA machine one group with ``nccl`` for CUDA tensors (gradients,
+parameters) and ``gloo`` for CPU tensors (the float64 budget counts, position-bias
+sums and pickled objects every iteration reduces), as ``"cpu:gloo,cuda:nccl"``:
+``nccl`` alone cannot reduce a CPU tensor.
 
 The trainers call this module at a few named edges only:
 
@@ -120,7 +123,8 @@ def init(timeout_s: float = 300.0) -> World:
     if not dist.is_available():
         raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
     if torch.cuda.is_available():
-        backend = "nccl"
+        # CUDA tensors over nccl; the CPU-side counts and objects over gloo
+        backend = "cpu:gloo,cuda:nccl"
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
         backend = "gloo"

@@ -351,6 +351,31 @@ def test_a_failed_collective_inside_a_wrapped_forward_or_backward_says_a_peer_di
         pass
 
 
+def test_a_cuda_machine_joins_with_nccl_for_cuda_tensors_and_gloo_for_cpu_ones(monkeypatch):
+    # every iteration all-reduces float64 counts held on the CPU (budget, group sizes,
+    # position sums) and gathers pickled objects: nccl alone cannot reduce a CPU
+    # tensor, so the group pairs gloo (CPU) with nccl (CUDA)
+    import torch.distributed as dist
+
+    from rlid import distributed as dist_
+
+    calls: dict = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(dist_, "_MADE_HERE", False)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.update(device=index))
+    monkeypatch.setattr(
+        dist, "init_process_group", lambda backend, timeout: calls.update(backend=backend)
+    )
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    world = dist_.init(30.0)
+    assert calls == {"device": 1, "backend": "cpu:gloo,cuda:nccl"}
+    assert (world.rank, world.size) == (1, 2)
+
+
 def test_parallel_option_is_recorded_only_when_changed():
     # runs written before --parallel existed keep their config (and fingerprint)
     assert "parallel" not in config().to_dict()
