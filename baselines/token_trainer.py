@@ -471,6 +471,7 @@ def train_token(
     if config.plane != "token":
         raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)
+    world.check_device(config.device)
     Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()

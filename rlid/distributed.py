@@ -95,6 +95,16 @@ class World:
         """The group ids this rank plays: g with g mod size == rank."""
         return list(range(self.rank, groups, self.size))
 
+    def check_device(self, device: str) -> None:
+        """Several processes each use the GPU of their ``LOCAL_RANK`` (:func:`init`); a
+        device with an index would put them all on one GPU."""
+        if self.distributed and device.startswith("cuda:"):
+            raise ValueError(
+                f"--device {device} would put all {self.size} processes on one GPU; under "
+                "torchrun each process uses the GPU of its LOCAL_RANK: pass --device cuda "
+                "(or auto), and choose the GPUs with CUDA_VISIBLE_DEVICES"
+            )
+
     def check_groups(self, groups_per_iter: int) -> None:
         if groups_per_iter % self.size:
             raise ValueError(

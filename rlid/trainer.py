@@ -718,6 +718,7 @@ def train(
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
     world.check_groups(config.groups_per_iter)
+    world.check_device(config.device)
     Precision.from_config(config)  # a bad --device fails before any work
     torch.manual_seed(config.seed)
     budget, timers = Budget(), Timers()

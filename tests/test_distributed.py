@@ -376,6 +376,16 @@ def test_a_cuda_machine_joins_with_nccl_for_cuda_tensors_and_gloo_for_cpu_ones(m
     assert (world.rank, world.size) == (1, 2)
 
 
+def test_an_indexed_cuda_device_is_refused_with_several_processes():
+    from rlid.distributed import World
+
+    with pytest.raises(ValueError, match="all 2 processes on one GPU.*--device cuda"):
+        World(rank=1, size=2).check_device("cuda:0")
+    for device in ("cuda", "auto", "cpu"):
+        World(rank=1, size=2).check_device(device)
+    World().check_device("cuda:1")  # one process: any GPU
+
+
 def test_parallel_option_is_recorded_only_when_changed():
     # runs written before --parallel existed keep their config (and fingerprint)
     assert "parallel" not in config().to_dict()
