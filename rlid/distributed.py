@@ -572,28 +572,34 @@ class Parallel:
         self, optimizer: torch.optim.Optimizer
     ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
         """fsdp: the full model and optimizer state dicts (a collective: every rank calls
-        it). The model's is gathered to rank 0's CPU (other ranks get an empty dict); the
-        optimizer's is ``optimizer.state_dict()`` with every sharded state tensor gathered
-        (the format of a one-process run, so the checkpoint reads the same). Otherwise
-        ``(None, None)``: the modules' own state dicts are complete."""
+        it), on rank 0's CPU only: the model's through ``get_model_state_dict`` (other
+        ranks get an empty dict), the optimizer's as ``optimizer.state_dict()`` with
+        every sharded state tensor gathered one at a time (the format of a one-process
+        run, so the checkpoint reads the same; other ranks get None and drop each
+        gathered tensor at once, so no rank but the writer ever holds a full copy).
+        Otherwise ``(None, None)``: the modules' own state dicts are complete."""
         if not self._fsdp:
             return None, None
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         from torch.distributed.tensor import DTensor
 
+        keep = self.world.is_writer
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         with collective("FSDP gather of the checkpoint"):
             model_state = get_model_state_dict(self.module, options=options)
             optim_state = optimizer.state_dict()
-            optim_state["state"] = {
-                pid: {
-                    k: v.full_tensor().cpu() if isinstance(v, DTensor) else v
-                    for k, v in entry.items()
-                }
-                for pid, entry in optim_state["state"].items()
-            }
+            gathered: dict[Any, dict[str, Any]] = {}
+            for pid, entry in optim_state["state"].items():  # the same order on every rank
+                full = {}
+                for k, v in entry.items():
+                    if isinstance(v, DTensor):
+                        v = v.full_tensor()  # a collective: every rank gathers
+                        v = v.cpu() if keep else None
+                    full[k] = v
+                gathered[pid] = full
+            optim_state["state"] = gathered
         self._gather()  # the state-dict gathering leaves the module resharded
-        return dict(model_state), optim_state  # type: ignore[arg-type]
+        return dict(model_state), (optim_state if keep else None)  # type: ignore[arg-type]
 
     def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Load an optimizer state written by :meth:`full_state` (or by one process):

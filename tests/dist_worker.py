@@ -4,7 +4,8 @@ Usage: python tests/dist_worker.py RUN_DIR RECORD_DIR CONFIG_JSON|resume
 
 Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
 (or resumes) RUN_DIR, and records into RECORD_DIR what the tests compare: the
-episodes of iteration 1 (per rank) and the first reduced gradient (rank 0), taken
+episodes of iteration 1 (per rank), what each rank holds of a gathered FSDP
+checkpoint, and the first reduced gradient (rank 0), taken
 right before the first optimizer step -- after DDP's / FSDP2's reduction in the
 backward or the explicit one, whichever the run uses (sharded gradients gathered).
 With RLID_TEST_DIE_IN_BACKWARD=R, rank R exits (code 9) at its first backward. A run
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from baselines import token_trainer
-from rlid import hardware, trainer
+from rlid import distributed, hardware, trainer
 from rlid.config import TrainConfig
 from rlid.planes import run_training
 from rlid.runs.stop import RunStopped
@@ -61,6 +62,16 @@ def main() -> int:
             os._exit(9)
 
         hardware.Stepper.backward = dying  # type: ignore[method-assign]
+    real_full_state = distributed.Parallel.full_state
+
+    def full_state(self, optimizer):
+        # what each rank holds of a gathered FSDP checkpoint (the writer alone keeps it)
+        model_state, optimizer_state = real_full_state(self, optimizer)
+        held = {"model": len(model_state or {}), "optimizer": optimizer_state is not None}
+        (record / f"full_state_rank{rank}.json").write_text(json.dumps(held))
+        return model_state, optimizer_state
+
+    distributed.Parallel.full_state = full_state  # type: ignore[method-assign]
     trainer.play_groups = play
     token_trainer.play_groups = play
     hardware.Stepper.step = step  # type: ignore[method-assign]

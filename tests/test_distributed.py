@@ -251,6 +251,10 @@ def test_two_processes_train_like_one_fsdp_with_value_head(tmp_path, cache):
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
     assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)
+    # rank 0 alone holds the gathered checkpoint (model and optimizer state)
+    held = [json.loads((rec2 / f"full_state_rank{r}.json").read_text()) for r in (0, 1)]
+    assert held[0]["model"] > 0 and held[0]["optimizer"] is True
+    assert held[1] == {"model": 0, "optimizer": False}
     ckpt1, ckpt2 = (tmp_path / name / "checkpoint" for name in ("one", "two"))
     assert sorted(p.name for p in (ckpt2 / "model").iterdir()) == sorted(
         p.name for p in (ckpt1 / "model").iterdir()
