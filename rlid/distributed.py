@@ -602,20 +602,29 @@ class Parallel:
         return dict(model_state), (optim_state if keep else None)  # type: ignore[arg-type]
 
     def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        """Load an optimizer state written by :meth:`full_state` (or by one process):
-        full tensors of sharded parameters are cut to this rank's shard first."""
+        """Load an optimizer state written by :meth:`full_state` (or by one process),
+        whose tensors may still be on disk (:class:`rlid.runs.state.StoredTensor`). fsdp:
+        one full state tensor at a time is read and cut to this rank's shard (a copy of
+        its own, so the full tensor is freed before the next is read)."""
+        from rlid.runs.state import StoredTensor, materialize
+
         if self._fsdp:
             from torch.distributed.tensor import DTensor, distribute_tensor
 
             params = [p for group in optimizer.param_groups for p in group["params"]]
             for pid, entry in state["state"].items():
                 param = params[int(pid)]
-                if not isinstance(param, DTensor):
-                    continue
                 for k, v in entry.items():
-                    if isinstance(v, torch.Tensor) and v.shape == param.shape:
-                        entry[k] = distribute_tensor(
-                            v.to(param.device), param.device_mesh, param.placements,
-                            src_data_rank=None,  # every rank holds the full tensor: slice
-                        )  # fmt: skip
-        optimizer.load_state_dict(state)
+                    tensor_like = isinstance(v, torch.Tensor | StoredTensor)
+                    if not (isinstance(param, DTensor) and tensor_like and v.shape == param.shape):
+                        continue  # e.g. Adam's step count: read with the rest below
+                    full = v.load() if isinstance(v, StoredTensor) else v
+                    shard = distribute_tensor(
+                        full.to(param.device), param.device_mesh, param.placements,
+                        src_data_rank=None,  # every rank holds the full tensor: slice
+                    )  # fmt: skip
+                    entry[k] = DTensor.from_local(
+                        shard.to_local().clone(), param.device_mesh, param.placements,
+                        run_check=False, shape=shard.shape, stride=shard.stride(),
+                    )  # fmt: skip
+        optimizer.load_state_dict(materialize(state))

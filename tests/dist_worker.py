@@ -5,7 +5,7 @@ Usage: python tests/dist_worker.py RUN_DIR RECORD_DIR CONFIG_JSON|resume
 Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT like under torchrun, trains
 (or resumes) RUN_DIR, and records into RECORD_DIR what the tests compare: the
 episodes of iteration 1 (per rank), what each rank holds of a gathered FSDP
-checkpoint, and the first reduced gradient (rank 0), taken
+checkpoint and how much storage its resumed optimizer state keeps, and the first reduced gradient (rank 0), taken
 right before the first optimizer step -- after DDP's / FSDP2's reduction in the
 backward or the explicit one, whichever the run uses (sharded gradients gathered).
 With RLID_TEST_DIE_IN_BACKWARD=R, rank R exits (code 9) at its first backward. A run
@@ -72,6 +72,26 @@ def main() -> int:
         return model_state, optimizer_state
 
     distributed.Parallel.full_state = full_state  # type: ignore[method-assign]
+    real_load_optimizer = distributed.Parallel.load_optimizer
+
+    def load_optimizer(self, optimizer, state):
+        # resumed optimizer state: whether it came still on disk (read one tensor at a
+        # time), and how much storage each sharded tensor keeps alive, in units of its
+        # own shard (1: it owns just its shard)
+        from rlid.runs.state import StoredTensor
+
+        lazy = [isinstance(v, StoredTensor) for e in state["state"].values() for v in e.values()]
+        real_load_optimizer(self, optimizer, state)
+        ratios = [
+            local.untyped_storage().nbytes() / max(local.numel() * local.element_size(), 1)
+            for entry in optimizer.state.values()
+            for v in entry.values()
+            if hasattr(v, "to_local") and (local := v.to_local()).numel()
+        ]
+        held = {"lazy": bool(lazy) and all(lazy), "storage": ratios}
+        (record / f"resumed_optimizer_rank{rank}.json").write_text(json.dumps(held))
+
+    distributed.Parallel.load_optimizer = load_optimizer  # type: ignore[method-assign]
     trainer.play_groups = play
     token_trainer.play_groups = play
     hardware.Stepper.step = step  # type: ignore[method-assign]

@@ -437,7 +437,13 @@ def test_killed_rank_fails_the_others_and_resume_matches(tmp_path, cache, parall
     assert "another process of this run died" in errs[0]
     assert "--resume" in errs[0]
 
-    run(2, tmp_path / "killed", None, cache)
+    resumed = run(2, tmp_path / "killed", None, cache, record=tmp_path / "resumed")
+    for rank in (0, 1):  # the optimizer state came still on disk, read a tensor at a time;
+        # fsdp: each rank's state tensors are its shards, not views of full tensors
+        held = json.loads((resumed / f"resumed_optimizer_rank{rank}.json").read_text())
+        assert held["lazy"], rank
+        if parallel == "fsdp":
+            assert held["storage"] and max(held["storage"]) == 1.0, (rank, held["storage"])
     a, b = params(tmp_path / "full"), params(tmp_path / "killed")
     for key in a:
         assert torch.equal(a[key], b[key]), key

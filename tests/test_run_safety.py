@@ -160,6 +160,16 @@ def test_state_round_trip_keeps_types(tmp_path):
     assert back["__dunder"] == 1
     with pytest.raises(TypeError, match="plain data"):
         save_state(tmp_path / "bad", {"f": print})
+    # lazily: tensors stay on disk, with their shapes, until read
+    from rlid.runs.state import StoredTensor, materialize
+
+    lazy = load_state(tmp_path / "s", lazy=True)
+    stored = lazy["state"][0]["m"]
+    assert isinstance(stored, StoredTensor) and stored.shape == (2, 3)
+    assert torch.equal(stored.load(), obj["state"][0]["m"])
+    read = materialize(lazy)
+    assert torch.equal(read["state"][0]["step"], torch.tensor(3.0))
+    assert read["groups"] == back["groups"] and read["odd"][:5] == back["odd"][:5]
 
 
 # --------------------------------------------------------------- one writer

@@ -33,7 +33,7 @@ import torch
 
 from rlid.runs.files import append_line, atomic_write_text, make_temp_dir, umask
 from rlid.runs.lock import LOCK_NAME
-from rlid.runs.state import load_state, save_state
+from rlid.runs.state import load_state, materialize, save_state
 
 CHECKPOINT = "checkpoint"
 TRAINER_STATE = "trainer_state"  # .safetensors (tensors) + .json (the rest)
@@ -216,11 +216,18 @@ def recover_checkpoint_dir(run_dir: Path) -> Path | None:
     return None
 
 
-def load_trainer_state(ckpt: Path) -> dict[str, Any]:
-    """Optimizer and RNG state of a checkpoint (safetensors + JSON; never a pickle)."""
-    state = load_state(Path(ckpt) / TRAINER_STATE)
+def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str, Any]:
+    """Optimizer and RNG state of a checkpoint (safetensors + JSON; never a pickle).
+
+    ``lazy_optimizer``: the optimizer state's tensors stay on disk as
+    :class:`rlid.runs.state.StoredTensor` until read (a sharded optimizer reads one at a
+    time, ``rlid.distributed.Parallel.load_optimizer``); everything else is read.
+    """
+    state = load_state(Path(ckpt) / TRAINER_STATE, lazy=lazy_optimizer)
     if not isinstance(state, dict) or not {"optimizer", "rng"} <= set(state):
         raise ValueError(f"{Path(ckpt) / TRAINER_STATE}.json lacks optimizer or RNG state")
+    if lazy_optimizer:
+        state = {k: v if k == "optimizer" else materialize(v) for k, v in state.items()}
     return state
 
 

@@ -368,7 +368,8 @@ class RunLog:
                 + ", or start a new run from the checkpoint's model with "
                 f"--model {ckpt / 'model'} (the optimizer state starts afresh)"
             )
-        trainer_state = rundir.load_trainer_state(ckpt)
+        # a sharded model's optimizer reads its state one tensor at a time
+        trainer_state = rundir.load_trainer_state(ckpt, lazy_optimizer=load_optimizer is not None)
         try:
             (load_optimizer or optimizer.load_state_dict)(trainer_state["optimizer"])
             if value_head is not None:

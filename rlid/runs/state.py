@@ -28,6 +28,36 @@ class UnsafeStateError(ValueError):
     """A checkpoint piece that rlid refuses to load (old pickle format)."""
 
 
+class StoredTensor:
+    """A tensor of a ``.safetensors`` checkpoint piece, read only when :meth:`load` is
+    called (``load_state(..., lazy=True)``), so that a sharded optimizer can read one
+    full tensor at a time and keep only its shard of it."""
+
+    __slots__ = ("path", "key", "shape")
+
+    def __init__(self, path: Path, key: str, shape: torch.Size) -> None:
+        self.path, self.key, self.shape = path, key, shape
+
+    def load(self) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), framework="pt") as f:
+            return f.get_tensor(self.key)
+
+
+def materialize(value: Any) -> Any:
+    """``value`` with every :class:`StoredTensor` in it read."""
+    if isinstance(value, StoredTensor):
+        return value.load()
+    if isinstance(value, dict):
+        return {k: materialize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [materialize(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(materialize(v) for v in value)
+    return value
+
+
 def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, torch.Tensor):
         key = f"t{len(tensors)}"
@@ -53,7 +83,7 @@ def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in trainer state (plain data only)")
 
 
-def _decode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
+def _decode(value: Any, tensors: dict[str, Any], where: str) -> Any:
     if isinstance(value, list):
         return [_decode(v, tensors, where) for v in value]
     if not isinstance(value, dict):
@@ -94,9 +124,13 @@ def save_state(stem: Path, obj: Any) -> None:
     stem.with_suffix(".json").write_text(text + "\n")
 
 
-def load_state(stem: Path) -> Any:
-    """Read what :func:`save_state` wrote; clear errors for missing, corrupt or old files."""
-    from safetensors import SafetensorError
+def load_state(stem: Path, *, lazy: bool = False) -> Any:
+    """Read what :func:`save_state` wrote; clear errors for missing, corrupt or old files.
+
+    ``lazy``: tensors come back as :class:`StoredTensor` (shape known, data read on
+    :meth:`StoredTensor.load`); :func:`materialize` reads them all.
+    """
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     stem = Path(stem)
@@ -116,8 +150,16 @@ def load_state(stem: Path) -> Any:
         raise ValueError(f"checkpoint piece {json_path} is corrupt (not JSON: {err})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"checkpoint piece {json_path} is not rlid trainer state ({FORMAT})")
+    tensors: dict[str, Any]
     try:
-        tensors = load_file(str(tensor_path))
+        if lazy:
+            with safe_open(str(tensor_path), framework="pt") as f:
+                tensors = {
+                    key: StoredTensor(tensor_path, key, torch.Size(f.get_slice(key).get_shape()))
+                    for key in f.keys()  # noqa: SIM118  (a safetensors handle, not a dict)
+                }
+        else:
+            tensors = load_file(str(tensor_path))
     except (SafetensorError, OSError) as err:
         raise ValueError(f"checkpoint piece {tensor_path} is corrupt: {err}") from None
     return _decode(data["state"], tensors, str(json_path))
