@@ -290,10 +290,10 @@ class TrainerEngine:
         step_positions = positions_from_mask(attention_mask)
         positions = step_positions[:, -1] + 1  # (B,) position of the next token
         previous = input_ids[:, -1]  # (B,)
-        stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+        stop = set(stop_ids)
         completions: Ragged = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        done = [False] * batch
         cache = None
         for _ in range(max_new_tokens):
             with self.autocast():
@@ -318,14 +318,18 @@ class TrainerEngine:
                 token = torch.multinomial(probs.cpu(), 1, generator=generator)  # (B, 1)
                 token = token.squeeze(-1).to(device)
             token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
-            for b in torch.nonzero(~done).flatten().tolist():
-                completions[b].append(int(token[b]))
-                logps[b].append(float(token_logp[b]))
-            done |= torch.isin(token, stop)
-            if bool(done.all()):
+            # one transfer per step, not one per row
+            tokens, token_logps = token.tolist(), token_logp.tolist()
+            for b in range(batch):
+                if not done[b]:
+                    completions[b].append(tokens[b])
+                    logps[b].append(token_logps[b])
+                    done[b] = tokens[b] in stop
+            if all(done):
                 break
             # finished rows keep decoding padding; their outputs are never read
-            token = torch.where(done, self.pad_id, token)
+            finished = torch.tensor(done, device=device)
+            token = torch.where(finished, self.pad_id, token)
             step_ids = token[:, None]
             step_positions = positions[:, None]
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)

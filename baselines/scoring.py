@@ -54,6 +54,7 @@ from rlid.policy import (
     chunks,
     decision_temperatures,
     draw_rows,
+    drawn_numbers,
     fit_to_context,
     join_chunks,
 )
@@ -185,17 +186,18 @@ class ScoringPolicy:
             chosen, values, entropy = draw_rows(
                 logp, hidden, self.value_head, generator=generator, greedy=greedy
             )
+        rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
         decisions = []
         for b, legal in enumerate(actions):
-            c = int(chosen[b])
+            c = rows[b]
             decisions.append(
                 Decision(
                     action=legal[c],
                     chosen=c,
-                    logp=float(logp[b, c]),
-                    entropy=float(entropy[b]),
+                    logp=picked[b],
+                    entropy=entropies[b],
                     label_mass=1.0,
-                    value=float(values[b]),
+                    value=vs[b],
                     prompt_ids=prompt_ids[b],
                     # no labels here: each row's first completion token, so num_rows = K
                     label_ids=[ids[0] for ids in completions[b]],

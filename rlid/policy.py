@@ -110,6 +110,16 @@ def draw_rows(
     return chosen, values, entropy
 
 
+def drawn_numbers(
+    logp: torch.Tensor, chosen: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor
+) -> tuple[list[int], list[float], list[float], list[float]]:
+    """``draw_rows``' results as Python numbers: the chosen rows, their log-probs, the
+    entropies and values, with one device transfer each (not one per decision, each
+    of which would wait for the device)."""
+    picked = logp.gather(1, chosen[:, None]).squeeze(1)
+    return chosen.tolist(), picked.tolist(), entropy.tolist(), values.tolist()
+
+
 def fit_to_context(
     encode_step: Callable[[int, str | None, Interface], T],
     memory_texts: list[str | None],
@@ -275,17 +285,19 @@ class DecisionPolicy:
             chosen, values, entropy = draw_rows(
                 logp, hidden, self.value_head, generator=generator, greedy=greedy
             )
+        rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
+        masses = label_mass.tolist()
         decisions = []
         for b, menu in enumerate(menus):
-            c = int(chosen[b])
+            c = rows[b]
             decisions.append(
                 Decision(
                     action=menu.rows[c].action,
                     chosen=c,
-                    logp=float(logp[b, c]),
-                    entropy=float(entropy[b]),
-                    label_mass=float(label_mass[b]),
-                    value=float(values[b]),
+                    logp=picked[b],
+                    entropy=entropies[b],
+                    label_mass=masses[b],
+                    value=vs[b],
                     prompt_ids=prompt_ids[b],
                     label_ids=label_ids[b],
                     menu=menu,
