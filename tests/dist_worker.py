@@ -113,4 +113,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlid.distributed import exit_process, in_multi_process_run
+
+    code = main()
+    if in_multi_process_run():  # as `python -m rlid` ends one of several processes
+        exit_process(code)
+    sys.exit(code)

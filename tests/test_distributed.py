@@ -390,6 +390,24 @@ def test_an_indexed_cuda_device_is_refused_with_several_processes():
     World().check_device("cuda:1")  # one process: any GPU
 
 
+def test_a_process_of_a_multi_process_run_ends_without_teardown_keeping_its_output():
+    # native threads left to the interpreter's teardown once aborted a finished rank
+    # (SIGABRT): such a process flushes what it wrote and leaves with os._exit
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = (
+        "import atexit\natexit.register(lambda: print('teardown ran'))\n"
+        "print('written', end='')\nfrom rlid.distributed import exit_process\nexit_process(7)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (7, "written")  # flushed, no teardown
+    # `python -m rlid` as one of two processes: the whole output, the command's code
+    one = subprocess.run([sys.executable, "-m", "rlid", "envs"], env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    two = subprocess.run([sys.executable, "-m", "rlid", "envs"], env={**env, "WORLD_SIZE": "2"},
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert one.returncode == two.returncode == 0 and two.stdout == one.stdout != ""
+
+
 def test_parallel_option_is_recorded_only_when_changed():
     # runs written before --parallel existed keep their config (and fingerprint)
     assert "parallel" not in config().to_dict()

@@ -51,4 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlid.distributed import exit_process
+
+    exit_process(main())  # always one of several processes: no interpreter teardown
