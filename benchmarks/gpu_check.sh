@@ -11,6 +11,7 @@
 #   7. the 28.5M 'large' update on cuda, to set beside the CPU numbers in the README
 #
 #   bash benchmarks/gpu_check.sh              # logs to $OUT (default /tmp/rlid-gpu)
+#   DEVICE=cpu SHAPE=qwen2-tiny bash benchmarks/gpu_check.sh   # dry run of the script on a CPU
 #
 # Needs torch with CUDA, transformers, and rlid installed (or importable from the
 # repository root); a Qwen tokenizer directory in $TOKENIZER (default .gpu/qwen-tok,
@@ -22,7 +23,9 @@ OUT=${OUT:-/tmp/rlid-gpu}
 PY=${PY:-python3}
 TOKENIZER=${TOKENIZER:-.gpu/qwen-tok}
 WORK=${WORK:-/tmp/rlid-gpu-work}
-MODEL=$WORK/qwen2-0.5b-random
+DEVICE=${DEVICE:-cuda}
+SHAPE=${SHAPE:-qwen2-0.5b}
+MODEL=$WORK/$SHAPE-random
 mkdir -p "$OUT" "$WORK"
 LOG=$OUT/gpu.log
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false RLID_CACHE_DIR=$WORK/cache
@@ -39,19 +42,22 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log all, print 
     grep -v -e '^USDT' -e 'profiler_st' -e 'Warning' "$WORK/$name.out" | tail -n "${TAIL:-14}"
 }
 
-nvidia-smi -L | tee -a "$LOG"
+command -v nvidia-smi > /dev/null && nvidia-smi -L | tee -a "$LOG"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-'transformers', transformers.__version__, torch.cuda.get_device_name(0))" | tee -a "$LOG"
+'transformers', transformers.__version__,
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')" | tee -a "$LOG"
 
 step tests 120 $PY -m pytest -q -x -p no:cacheprovider tests/test_hardware.py
-step model 60 $PY benchmarks/random_model.py --shape qwen2-0.5b --tokenizer "$TOKENIZER" \
+step model 60 $PY benchmarks/random_model.py --shape "$SHAPE" --tokenizer "$TOKENIZER" \
     --out "$MODEL"
-TAIL=16 step readout 90 $PY benchmarks/readout.py --model "$MODEL" --device cuda \
-    --dtype bfloat16 --batch 16 --reps 5 --menu-sizes 4 8 16 32 --max-new-tokens 8
-step update 120 $PY benchmarks/hardware.py --only update --device cuda --model "$MODEL" \
+# a dry run on a CPU measures less (the full call takes minutes there)
+if [ "$DEVICE" = cpu ]; then SIZES=(--batch 2 --reps 1); else SIZES=(--batch 16 --reps 5); fi
+TAIL=16 step readout 90 $PY benchmarks/readout.py --model "$MODEL" --device "$DEVICE" \
+    --dtype bfloat16 "${SIZES[@]}" --menu-sizes 4 8 16 32 --max-new-tokens 8
+step update 120 $PY benchmarks/hardware.py --only update --device "$DEVICE" --model "$MODEL" \
     --batch 16 --reps 3
 
-TRAIN=(train --model "$MODEL" --env keydoor -o size=3 --device cuda --steps 400
+TRAIN=(train --model "$MODEL" --env keydoor -o size=3 --device "$DEVICE" --steps 400
        --groups-per-iter 2 --group-size 8 --eval-episodes 8 --minibatch-size 32 --quiet)
 metrics() {  # the last metrics row of a run, in one line
     $PY - "$1" <<'EOF'
@@ -72,6 +78,8 @@ for parallel in ddp fsdp; do
         --parallel "$parallel" --out "$WORK/runs/cpu-$parallel"
     metrics "$WORK/runs/cpu-$parallel" | tee -a "$LOG"
 done
-step large 60 $PY benchmarks/hardware.py --only update --device cuda --batch 4 --reps 3
+if [ "$DEVICE" != cpu ]; then  # (bf16 on a CPU: minutes for this model)
+    step large 60 $PY benchmarks/hardware.py --only update --device "$DEVICE" --batch 4 --reps 3
+fi
 cp "$WORK"/runs/bf16/metrics.jsonl "$OUT"/train_bf16_metrics.jsonl 2>/dev/null
 echo "done; full log in $LOG"

@@ -32,8 +32,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
 
-# the published configs' shapes (hidden sizes, layers, heads, vocabulary)
+# the published configs' shapes (hidden sizes, layers, heads, vocabulary), and a tiny
+# one with Qwen2's vocabulary for checking scripts on a CPU (gpu_check.sh's dry run)
 SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2-tiny": dict(
+        model_type="qwen2", vocab_size=151936, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=4096, rope_theta=1e6, rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
     "qwen2-0.5b": dict(
         model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,

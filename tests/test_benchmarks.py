@@ -11,11 +11,6 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-TINY_QWEN = dict(
-    model_type="qwen2", vocab_size=151936, hidden_size=16, intermediate_size=32,
-    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-    max_position_embeddings=2048, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
-)  # fmt: skip
 
 
 def _script(name: str):
@@ -35,9 +30,8 @@ def random_qwen(tmp_path_factory):
     random_model = _script("random_model")
     root = tmp_path_factory.mktemp("random-model")
     random_model.main(["--tokenizer", "qwen-bpe", "--tokenizer-only", "--out", str(root / "tok")])
-    random_model.SHAPES["test-tiny"] = TINY_QWEN
     random_model.main(
-        ["--shape", "test-tiny", "--tokenizer", str(root / "tok"), "--out", str(root / "model"),
+        ["--shape", "qwen2-tiny", "--tokenizer", str(root / "tok"), "--out", str(root / "model"),
          "--dtype", "float32"]
     )  # fmt: skip
     return random_model, root
@@ -49,7 +43,7 @@ def test_random_model_writes_a_loadable_directory_and_refuses_to_overwrite(rando
     random_model, root = random_qwen
     model, tokenizer = load_policy_model(root / "model")
     assert len(tokenizer) == 151646 and tokenizer.chat_template is not None
-    assert model.config.hidden_size == 16 and model.config.eos_token_id == tokenizer.eos_token_id
+    assert model.config.hidden_size == 64 and model.config.eos_token_id == tokenizer.eos_token_id
     assert not (root / "model.partial").exists()
     with pytest.raises(SystemExit):
         random_model.main(["--tokenizer", str(root / "tok"), "--out", str(root / "model")])
