@@ -187,6 +187,7 @@ class ScoringPolicy:
                 logp, hidden, self.value_head, generator=generator, greedy=greedy
             )
         rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
+        kept = logp.cpu() if greedy else None  # greedy play: every row's log-prob kept
         decisions = []
         for b, legal in enumerate(actions):
             c = rows[b]
@@ -202,7 +203,11 @@ class ScoringPolicy:
                     # no labels here: each row's first completion token, so num_rows = K
                     label_ids=[ids[0] for ids in completions[b]],
                     menu=menus[b],
-                    extra={"completion_ids": completions[b], "actions": legal},
+                    extra={
+                        "completion_ids": completions[b],
+                        "actions": legal,
+                        **({} if kept is None else {"logp_rows": kept[b, : len(legal)]}),
+                    },  # fmt: skip
                     temperature=temperature,
                 )
             )

@@ -287,6 +287,7 @@ class DecisionPolicy:
             )
         rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
         masses = label_mass.tolist()
+        kept = logp.cpu() if greedy else None  # greedy play: every row's log-prob kept
         decisions = []
         for b, menu in enumerate(menus):
             c = rows[b]
@@ -301,6 +302,7 @@ class DecisionPolicy:
                     prompt_ids=prompt_ids[b],
                     label_ids=label_ids[b],
                     menu=menu,
+                    extra={} if kept is None else {"logp_rows": kept[b, : len(menu.rows)]},
                     temperature=temperature,
                 )
             )

@@ -148,3 +148,41 @@ def test_cli_refuses_the_token_plane_and_sampling(capsys):
     assert "not the token plane" in capsys.readouterr().err
     assert cli_main([*base, "--sample"]) == 2
     assert "drop --sample" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("plane", ["decision", "scoring"])
+def test_real_policies_are_walked_with_one_forward_per_state(plane, monkeypatch):
+    # greedy decisions keep every row's log-prob, so the walk reads p from the forward
+    # that chose the row; the numbers are those of scoring the decisions again
+    from rlid.config import TrainConfig
+    from rlid.models import load_policy_model
+    from rlid.planes import get_plane
+
+    model, tokenizer = load_policy_model("tiny-random")
+    interface = Interface(memory="none")
+    config = TrainConfig(plane=plane, interface=interface)
+    policy = get_plane(plane).make_policy(config, model, tokenizer)
+    game = dict(size=2, keys=1, distractors=1, max_episode_steps=8, split="heldout")
+
+    def walk():
+        return follow_walkthroughs(
+            policy, [envs.make("keydoor", **game) for _ in range(2)], 3, interface=interface
+        )
+
+    again = policy.score
+    monkeypatch.setattr(policy, "score", lambda *a, **k: pytest.fail("scored twice"))
+    one_forward = walk()
+    monkeypatch.setattr(policy, "score", again)
+    act = policy.act
+
+    def act_without_rows(*args, **kwargs):
+        decisions = act(*args, **kwargs)
+        for d in decisions:
+            d.extra.pop("logp_rows")
+        return decisions
+
+    monkeypatch.setattr(policy, "act", act_without_rows)
+    scored_again = walk()
+    assert one_forward.keys() == scored_again.keys()
+    for key, value in one_forward.items():
+        assert value == pytest.approx(scored_again[key], rel=1e-6, abs=1e-7), key

@@ -249,7 +249,8 @@ def follow_walkthroughs(
     Game ``i`` is the one the held-out evaluation's episode ``i`` plays (the same
     resets). It is walked along its walkthrough, with the interface's memory; at every
     state the policy renders its menu and is asked for its greedy row (as evaluation
-    plays) and for the probability ``p`` it gives the walkthrough's command. Returns:
+    plays) and for the probability ``p`` it gives the walkthrough's command (from the
+    same forward: greedy decisions keep every row's log-prob). Returns:
 
     * ``states``: states visited, over ``games`` games;
     * ``walkthrough_accuracy``: the fraction of states whose greedy row is the
@@ -294,13 +295,19 @@ def follow_walkthroughs(
                     [walk.memories[i].render() or None for i in active],
                     rng=rng, generator=gen, greedy=True,
                 )  # fmt: skip
-                logp_all = policy.score(decisions)[0]
+                # greedy play keeps every row's log-prob (one forward per state); a
+                # policy that does not is scored again
+                kept = [getattr(d, "extra", {}).get("logp_rows") for d in decisions]
+                logp_rows: list[Any] = kept
+                if any(row is None for row in kept):
+                    logp_all = policy.score(decisions)[0]
+                    logp_rows = [logp_all[b] for b in range(len(decisions))]
                 for b, i in enumerate(active):
                     wanted = walk.wanted(i)
                     rows = [
                         r for r, row in enumerate(decisions[b].menu.rows) if row.action == wanted
                     ]
-                    p = float(logp_all[b, rows[0]].exp()) if rows else 0.0
+                    p = float(logp_rows[b][rows[0]].exp()) if rows else 0.0
                     off_menu += not rows
                     ok = decisions[b].action == wanted
                     right.append(ok)
