@@ -881,13 +881,14 @@ def test_a_second_sigterm_to_a_two_process_comparison_kills_every_process_at_onc
 
     from rlid.runs.stop import REPEAT_AFTER
 
-    slow = {"groups_per_iter": 16, "group_size": 8, "epochs": 8, "minibatch_size": 4}
+    # iterations of about 8 s with two processes here: three times the repeat window
+    slow = {"groups_per_iter": 8, "group_size": 8, "epochs": 4, "minibatch_size": 4}
     proc, _, _, run_dir = _two_process_comparison(
         tmp_path, defaults=slow, budget={"currency": "env_steps", "amount": 100_000}
     )
     try:
         proc.send_signal(signal.SIGTERM)
-        time.sleep(REPEAT_AFTER + 0.5)
+        time.sleep(REPEAT_AFTER + 0.2)
         assert proc.poll() is None, "the iteration ended before the second signal"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
