@@ -639,9 +639,8 @@ def end_iteration(
             eval_policy, eval_envs, config.eval_episodes, interface=config.interface,
             world=world,
         )  # fmt: skip
-    memory = cuda_memory_row(
-        resolve_device(config.device)
-    )  # rollouts, update and eval of this iteration
+    # the allocator's peaks over this iteration's rollouts, update and evaluation
+    memory = cuda_memory_row(resolve_device(config.device))
     if memory is not None:
         row["gpu_memory"] = memory
     log.append_metrics(row)

@@ -46,16 +46,28 @@ class StoredTensor:
 
 
 def materialize(value: Any) -> Any:
-    """``value`` with every :class:`StoredTensor` in it read."""
-    if isinstance(value, StoredTensor):
-        return value.load()
-    if isinstance(value, dict):
-        return {k: materialize(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [materialize(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(materialize(v) for v in value)
-    return value
+    """``value`` with every :class:`StoredTensor` in it read (each file opened once)."""
+    from contextlib import ExitStack
+
+    from safetensors import safe_open
+
+    with ExitStack() as stack:
+        opened: dict[Path, Any] = {}
+
+        def read(v: Any) -> Any:
+            if isinstance(v, StoredTensor):
+                if v.path not in opened:
+                    opened[v.path] = stack.enter_context(safe_open(str(v.path), framework="pt"))
+                return opened[v.path].get_tensor(v.key)
+            if isinstance(v, dict):
+                return {k: read(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [read(x) for x in v]
+            if isinstance(v, tuple):
+                return tuple(read(x) for x in v)
+            return v
+
+        return read(value)
 
 
 def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
