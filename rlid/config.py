@@ -139,6 +139,13 @@ class TrainConfig:
         "preference for label positions that shuffled menus never reward; one more no-grad "
         "forward per optimizer step (0: off)",
     )
+    step_group_coef: float = _f(
+        0.0,
+        "group advantages on the decision and scoring planes: add coef x a step-level "
+        "group advantage (GiGPO): decisions of one group taken in the same state (same "
+        "observation, score and menu) compare their discounted returns-to-go, so a step's "
+        "own rewards are credited to it (0: off, the episode advantage alone)",
+    )
     vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
     advantage: AdvantageKind = _f(
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
@@ -255,7 +262,8 @@ class TrainConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
-                     "label_mass_coef", "position_coef", "checkpoint_minutes"):  # fmt: skip
+                     "label_mass_coef", "position_coef", "step_group_coef",
+                     "checkpoint_minutes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.overlong_cache <= self.max_new_tokens:
@@ -285,6 +293,11 @@ class TrainConfig:
                 f"episode_weight={self.episode_weight!r} weighs group advantages on the decision "
                 "and scoring planes; it needs --advantage group there (the token plane "
                 "normalises by its --algo)"
+            )
+        if self.step_group_coef > 0 and not self.weighs_episodes:
+            raise ValueError(
+                "step_group_coef adds step-level group advantages on the decision and scoring "
+                "planes; it needs --advantage group there (the token plane has its own --algo)"
             )
         if self.plane == "token" and self.advantage == "gae":
             raise ValueError("the token plane is critic-free: use --advantage group")
@@ -372,6 +385,7 @@ _RECORDED_WHEN_CHANGED = (
     "budget_currency",
     "label_mass_coef",
     "position_coef",
+    "step_group_coef",
     "report_to",
     "dist_timeout",
     "parallel",

@@ -15,6 +15,8 @@ record with an ``action`` string per env; decision, scoring and token policies a
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,8 @@ class Episode:
     max_score: float = 0.0
     invalid_actions: int = 0
     game_seed: int | None = None
+    states: list[str] = field(default_factory=list)
+    """:func:`state_key` of the state each decision was taken in (decision order)."""
 
     @property
     def length(self) -> int:
@@ -51,6 +55,20 @@ class Episode:
     @property
     def ret(self) -> float:
         return float(sum(self.rewards))
+
+
+def state_key(obs: str, info: dict[str, Any]) -> str:
+    """A short digest of what the env shows of a state: the observation, the score, and
+    the legal actions with their afterstates (sorted, so the menu's shuffle does not
+    matter). Two decisions with the same key were taken in states the agent cannot tell
+    apart from the env's output (the memory line aside); step-level group advantages
+    (``step_group_coef``) compare the returns that followed them.
+    """
+    legal = [str(a) for a in info.get("legal_actions", [])]
+    after = info.get("afterstates") or [None] * len(legal)
+    rows = sorted(zip(legal, (None if a is None else str(a) for a in after)), key=str)
+    text = json.dumps([obs, info.get("score"), rows], ensure_ascii=False, default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
 
 
 def collect_episodes(
@@ -104,6 +122,7 @@ def collect_episodes(
                 obs, reward, terminated, truncated, info = step
                 memories[i].update(obs, record.action, info)
                 episode = episodes[i]
+                episode.states.append(state_key(observations[i], infos[i]))
                 episode.decisions.append(record)
                 episode.rewards.append(float(reward))
                 episode.invalid_actions += int(bool(info.get("invalid_action")))

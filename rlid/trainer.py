@@ -20,6 +20,7 @@ update -> logging/checkpoint. Departures from textbook PPO, and why:
 from __future__ import annotations
 
 import copy
+import functools
 import signal
 import time
 from collections.abc import Callable
@@ -32,7 +33,13 @@ import torch
 import envs as envs_pkg
 from menus import resolve_template
 from rlid import distributed as dist_
-from rlid.advantages import episode_return, gae, group_relative_advantages, next_values_from
+from rlid.advantages import (
+    discounted_returns,
+    episode_return,
+    gae,
+    group_relative_advantages,
+    next_values_from,
+)
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
@@ -208,6 +215,49 @@ def equal_episode_weights(lengths: list[int], group_ids: torch.Tensor) -> torch.
     return (sums / counts)[group] / length
 
 
+def step_group_advantages(episodes: list[Episode], config: TrainConfig) -> torch.Tensor:
+    """(N,) step-level group advantages, decision order (GiGPO's anchor-state groups).
+
+    Decisions of one episode group (the same game) taken in the same state
+    (:func:`rlid.rollout.state_key`) form a step group; each decision's discounted
+    return-to-go G_t = sum_k gamma^k r_{t+k} is compared with its step group's, scaled
+    as the episode advantages are (``adv_scale``). A decision whose state no other
+    decision of its group met gets 0. Episode groups never span processes, so N
+    processes compute what one does.
+    """
+    keys: list[tuple[int, str]] = []
+    to_go: list[torch.Tensor] = []
+    for e in episodes:
+        if len(e.states) != e.length:
+            raise ValueError(
+                f"step_group_coef needs the state of every decision: an episode of group "
+                f"{e.group} has {e.length} decisions but {len(e.states)} states"
+            )
+        keys += [(e.group, k) for k in e.states]
+        to_go.append(discounted_returns(torch.tensor(e.rewards, dtype=torch.float32), config.gamma))
+    if not keys:
+        return torch.zeros(0)
+    return group_relative_advantages(torch.cat(to_go), keys, scale=config.adv_scale)
+
+
+def _decision_stats(
+    e: Episode, shared: dict[int, list[bool]]
+) -> list[tuple[float, float, bool]]:
+    """Per decision of ``e``: rollout entropy, label mass, and whether its state is shared."""
+    flags = shared.get(id(e), [False] * e.length)
+    return [(d.entropy, d.label_mass, flag) for d, flag in zip(e.decisions, flags)]
+
+
+def shared_states(episodes: list[Episode]) -> dict[int, list[bool]]:
+    """Per episode (by ``id``), whether each decision's state was met by another decision
+    of its group: the decisions whose step-level group advantage can be non-zero."""
+    seen: dict[tuple[int, str], int] = {}
+    for e in episodes:
+        for key in e.states:
+            seen[(e.group, key)] = seen.get((e.group, key), 0) + 1
+    return {id(e): [seen[(e.group, key)] > 1 for key in e.states] for e in episodes}
+
+
 def compute_advantages(
     episodes: list[Episode], config: TrainConfig
 ) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
@@ -222,6 +272,8 @@ def compute_advantages(
         if config.resolved_episode_weight == "equal":  # adv_i * mean_g(T) / T_i per episode
             adv_ep = adv_ep * equal_episode_weights([e.length for e in episodes], group_ids)
         adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
+        if config.step_group_coef > 0:
+            adv = adv + config.step_group_coef * step_group_advantages(episodes, config)
         returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
         return decisions, adv, returns_per_step
     advs: list[torch.Tensor] = []
@@ -793,13 +845,16 @@ def train(
             # 4. logging, evaluation, checkpoint (statistics over all ranks)
             budget.wall_time += time.perf_counter() - t0
             dist_.reduce_budget(budget, spent_before, world)
+            shared = shared_states(episodes) if config.step_group_coef > 0 else {}
             stats, per_episode = gathered_episode_stats(
-                episodes, world, extra=lambda e: [(d.entropy, d.label_mass) for d in e.decisions]
+                episodes, world, extra=functools.partial(_decision_stats, shared=shared)
             )
-            rollout = [pair for pairs in per_episode for pair in pairs]
+            rollout = [triple for triples in per_episode for triple in triples]
             row = {"iteration": iteration, **stats, **update}
-            row["rollout_entropy"] = float(np.mean([h for h, _ in rollout]))
-            row["rollout_label_mass"] = float(np.mean([m for _, m in rollout]))
+            row["rollout_entropy"] = float(np.mean([h for h, _, _ in rollout]))
+            row["rollout_label_mass"] = float(np.mean([m for _, m, _ in rollout]))
+            if config.step_group_coef > 0:  # how often a state recurs within its group
+                row["shared_states"] = float(np.mean([f for _, _, f in rollout]))
             end_iteration(
                 log, row, config=config, iteration=iteration, budget=budget, timers=timers,
                 eval_policy=policy, eval_envs=eval_envs, bar=bar,

@@ -306,3 +306,80 @@ def test_a_record_says_which_episode_weight_ran_and_old_records_read_as_length()
     for other in (TrainConfig(plane="token"), TrainConfig(advantage="gae")):
         assert "episode_weight" not in other.to_dict()  # length, as before
         assert TrainConfig.from_record(other.to_dict()).to_dict() == other.to_dict()
+
+
+def test_step_group_advantages_compare_returns_to_go_of_one_state_within_a_group():
+    """GiGPO's step level, by hand (gamma 0.5, adv_scale none, length weighting).
+
+    group 0, episode a: states s0, s1, rewards 0, 1 -> returns-to-go 0.5, 1
+    group 0, episode b: states s0, s2, rewards 1, 0 -> returns-to-go 1, 0
+    group 1, episode c: states s0, s3, rewards 0, 0; episode d: s4, rewards 0
+    Step groups: (0, s0) = {a0: 0.5, b0: 1} -> -0.25, +0.25; every other decision is
+    alone in its step group -> 0 (c's s0 is another game's state: never compared).
+    Episode level: returns a 0.5, b 1 -> -0.25, +0.25 on each step; c, d 0.
+    """
+    from rlid.config import TrainConfig
+    from rlid.rollout import Episode
+    from rlid.trainer import compute_advantages, step_group_advantages
+
+    def episode(group, states, rewards):
+        e = Episode(group=group, reset_seed=group, decisions=[SimpleNamespace()] * len(states))
+        e.states, e.rewards = list(states), list(rewards)
+        return e
+
+    episodes = [
+        episode(0, ["s0", "s1"], [0.0, 1.0]),
+        episode(0, ["s0", "s2"], [1.0, 0.0]),
+        episode(1, ["s0", "s3"], [0.0, 0.0]),
+        episode(1, ["s4"], [0.0]),
+    ]
+    common = dict(gamma=0.5, group_size=2, adv_scale="none", episode_weight="length")
+    step = step_group_advantages(episodes, TrainConfig(**common))
+    torch.testing.assert_close(step, torch.tensor([-0.25, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0]))
+    _, off, _ = compute_advantages(episodes, TrainConfig(**common))
+    torch.testing.assert_close(off, torch.tensor([-0.25, -0.25, 0.25, 0.25, 0.0, 0.0, 0.0]))
+    _, on, targets = compute_advantages(episodes, TrainConfig(**common, step_group_coef=2.0))
+    torch.testing.assert_close(on, off + 2.0 * step)
+    torch.testing.assert_close(targets, torch.tensor([0.5, 0.5, 1.0, 1.0, 0.0, 0.0, 0.0]))
+    # std scaling as the episode level: (0.5 - 0.75) / (std 0.3536 + 1e-6) = -0.7071
+    scaled = step_group_advantages(episodes, TrainConfig(**{**common, "adv_scale": "std"}))
+    assert float(scaled[0]) == pytest.approx(-(0.5**0.5), rel=1e-5)
+    assert float(scaled[2]) == pytest.approx(0.5**0.5, rel=1e-5)
+    # a state met twice in one episode is compared with itself too (all occurrences count)
+    loop = [episode(0, ["s0", "s0"], [0.0, 1.0]), episode(0, ["s1"], [0.0])]
+    torch.testing.assert_close(
+        step_group_advantages(loop, TrainConfig(**{**common, "gamma": 1.0})),
+        torch.tensor([0.0, 0.0, 0.0]),  # returns-to-go 1, 1: equal
+    )
+    # episodes without recorded states cannot be grouped by state: a clear error
+    bare = Episode(group=0, reset_seed=0, decisions=[SimpleNamespace()], rewards=[1.0])
+    with pytest.raises(ValueError, match="1 decisions but 0 states"):
+        step_group_advantages([bare], TrainConfig(**common))
+
+
+@pytest.mark.parametrize(
+    "fields", [dict(plane="token"), dict(advantage="gae")], ids=["token-plane", "gae"]
+)
+def test_step_group_coef_is_refused_without_group_advantages(fields):
+    from rlid.config import TrainConfig
+
+    with pytest.raises(ValueError, match="step_group_coef"):
+        TrainConfig(step_group_coef=1.0, **fields)
+    with pytest.raises(ValueError, match="step_group_coef must be >= 0"):
+        TrainConfig(step_group_coef=-1.0)
+    # left out of records at 0, so runs from before it existed keep their fingerprint
+    assert "step_group_coef" not in TrainConfig().to_dict()
+    assert TrainConfig(step_group_coef=1.0).to_dict()["step_group_coef"] == 1.0
+
+
+def test_state_key_ignores_the_menu_order_and_sees_score_and_afterstates():
+    from rlid.rollout import state_key
+
+    info = {"legal_actions": ["go east", "take key"], "afterstates": ["x", "y"], "score": 0}
+    shuffled = {"legal_actions": ["take key", "go east"], "afterstates": ["y", "x"], "score": 0}
+    assert state_key("room", info) == state_key("room", shuffled)
+    assert state_key("room", info) != state_key("other room", info)
+    assert state_key("room", info) != state_key("room", {**info, "score": 1})
+    assert state_key("room", info) != state_key("room", {**info, "afterstates": ["x", "z"]})
+    no_after = {"legal_actions": ["go east", "take key"], "score": 0}
+    assert state_key("room", no_after) == state_key("room", {**no_after, "afterstates": None})

@@ -186,8 +186,8 @@ def assert_equivalent(
 
 def test_two_processes_train_like_one_decision_plane(tmp_path, cache):
     # blocks of 16 and 4 episodes: one per rank; the position penalty's sums over each
-    # minibatch are summed over the ranks
-    cfg = config(eval_episodes=20, position_coef=0.5)
+    # minibatch are summed over the ranks; step-level groups stay within a rank's groups
+    cfg = config(eval_episodes=20, position_coef=0.5, step_group_coef=1.0)
     rec1 = run(1, tmp_path / "one", cfg, cache)
     rec2 = run(2, tmp_path / "two", cfg, cache)
     assert_equivalent(tmp_path / "one", tmp_path / "two", rec1, rec2)

@@ -42,7 +42,9 @@ def _episodes(env_batch):
         env_batch, _RandomPolicy(), seeds, [0, 0, 1, 1, 2, 2], interface=Interface(),
         rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
-    return [([d.action for d in e.decisions], e.rewards, e.won, e.max_score) for e in episodes]
+    return [
+        ([d.action for d in e.decisions], e.rewards, e.won, e.max_score, e.states) for e in episodes
+    ]
 
 
 def test_workers_play_the_same_episodes_as_in_process():
@@ -56,6 +58,11 @@ def test_workers_play_the_same_episodes_as_in_process():
         assert obs == envs.make("keydoor", **OPTIONS).reset(seed=11)[0]
     assert in_workers == in_process
     assert sum(len(actions) for actions, *_ in in_process) > 6  # the episodes had steps
+    # a state key per decision; a group's episodes (one game, one reset seed) start in
+    # one state, other games elsewhere
+    assert all(len(states) == len(actions) for actions, *_, states in in_process)
+    firsts = [states[0] for *_, states in in_process]
+    assert firsts[0] == firsts[1] and firsts[2] == firsts[3] and firsts[0] != firsts[2]
 
 
 def test_an_env_error_in_a_worker_names_env_and_seed():

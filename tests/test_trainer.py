@@ -374,3 +374,23 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
     assert "does not exist" in capsys.readouterr().err
     assert cli_main([*argv, "--episodes", "0"]) == 2
     assert "--episodes must be >= 1" in capsys.readouterr().err
+
+
+def test_step_level_group_advantages_train_and_are_recorded(tmp_path):
+    """--step-group-coef end to end: the same rollouts as without it (same seed), a
+    `shared_states` diagnostic on every row, the coefficient in config.json and summary.md,
+    and an update that differs from the episode-level one."""
+    off = trainer_mod.train(small_config(steps=12), tmp_path / "off", progress=False)
+    on = trainer_mod.train(
+        small_config(steps=12, step_group_coef=1.0), tmp_path / "on", progress=False
+    )
+    rows_off, rows_on = read_metrics(Path(off.path)), read_metrics(Path(on.path))
+    assert rows_on[0]["return"] == rows_off[0]["return"]  # the first rollout is the same
+    assert all(0.0 <= row["shared_states"] <= 1.0 for row in rows_on)
+    assert any(row["shared_states"] > 0 for row in rows_on)  # groups start in one state
+    assert "shared_states" not in rows_off[0]
+    saved = json.loads((Path(on.path) / "config.json").read_text())["config"]
+    assert saved["step_group_coef"] == 1.0
+    assert "step-level" in (Path(on.path) / "summary.md").read_text()
+    trained_on, trained_off = params_of(Path(on.path)), params_of(Path(off.path))
+    assert any(not torch.equal(trained_on[k], trained_off[k]) for k in trained_on)
