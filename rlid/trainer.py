@@ -240,9 +240,7 @@ def step_group_advantages(episodes: list[Episode], config: TrainConfig) -> torch
     return group_relative_advantages(torch.cat(to_go), keys, scale=config.adv_scale)
 
 
-def _decision_stats(
-    e: Episode, shared: dict[int, list[bool]]
-) -> list[tuple[float, float, bool]]:
+def _decision_stats(e: Episode, shared: dict[int, list[bool]]) -> list[tuple[float, float, bool]]:
     """Per decision of ``e``: rollout entropy, label mass, and whether its state is shared."""
     flags = shared.get(id(e), [False] * e.length)
     return [(d.entropy, d.label_mass, flag) for d, flag in zip(e.decisions, flags)]
