@@ -60,7 +60,7 @@ from rlid.advantages import episode_return
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
-from rlid.hardware import Precision, Stepper, train_mode_without_dropout
+from rlid.hardware import Stepper, train_mode_without_dropout
 from rlid.lora import load_run_model
 from rlid.names import AdvantageScale
 from rlid.policy import chunks
@@ -77,6 +77,7 @@ from rlid.trainer import (
     iteration_rngs,
     make_envs,
     make_reset_seeds,
+    open_run,
     play_groups,
     reference_model,
     setup_hardware,
@@ -465,15 +466,7 @@ def train_token(
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
 
-    world = dist_.init(config.dist_timeout if config is not None else 300.0)
-    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
-    config = log.config
-    if config.plane != "token":
-        raise ValueError(f"train_token trains plane='token', got plane={config.plane!r}")
-    world.check_groups(config.groups_per_iter)
-    world.check_device(config.device)
-    Precision.from_config(config)  # a bad --device fails before any work
-    torch.manual_seed(config.seed)
+    world, log, config = open_run(config, out, resume=resume, plane="token")
     budget, timers = Budget(), Timers()
 
     model, tokenizer = load_run_model(config, log)

@@ -748,6 +748,24 @@ def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
     return make_policy
 
 
+def open_run(
+    config: TrainConfig | None, out: Path, *, resume: bool, plane: str | None = None
+) -> tuple[World, RunLog, TrainConfig]:
+    """Start a trainer: the process group, the run directory (new, or the one to resume,
+    whose config wins) and the checks that must fail before any work (the config's
+    plane when ``plane`` is given, groups per process, device, precision); seeds torch."""
+    world = dist_.init(config.dist_timeout if config is not None else 300.0)
+    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
+    config = log.config
+    if plane is not None and config.plane != plane:
+        raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
+    world.check_groups(config.groups_per_iter)
+    world.check_device(config.device)
+    Precision.from_config(config)  # a bad --device fails before any work
+    torch.manual_seed(config.seed)
+    return world, log, config
+
+
 def train(
     config: TrainConfig | None,
     out: Path,
@@ -763,13 +781,7 @@ def train(
     :class:`DecisionPolicy` or the scoring plane's policy).
     """
 
-    world = dist_.init(config.dist_timeout if config is not None else 300.0)
-    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
-    config = log.config
-    world.check_groups(config.groups_per_iter)
-    world.check_device(config.device)
-    Precision.from_config(config)  # a bad --device fails before any work
-    torch.manual_seed(config.seed)
+    world, log, config = open_run(config, out, resume=resume)
     budget, timers = Budget(), Timers()
 
     model, tokenizer = load_run_model(config, log)

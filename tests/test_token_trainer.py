@@ -284,3 +284,9 @@ def test_resume_replays_exactly(commanding_model, tmp_path, monkeypatch, untimed
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("a", "b")]
     assert evals[0] == evals[1]
+
+
+def test_the_token_trainer_refuses_another_plane_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="trains plane='token', got plane='decision'"):
+        train_token(TrainConfig(plane="decision"), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()  # a setup error leaves nothing behind
