@@ -12,7 +12,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ARMS = ("decision-ppo-position", "decision-ppo-step", "decision-ppo")  # longest first
+ARMS = (
+    "decision-ppo-step-position",
+    "decision-ppo-position",
+    "decision-ppo-step",
+    "decision-ppo",
+)  # longest first
 
 
 def split(name: str) -> tuple[str, str, int]:
