@@ -7,6 +7,7 @@ seeds, and each seed), and what each run's last iteration says about the policy
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import defaultdict
@@ -28,6 +29,10 @@ def split(name: str) -> tuple[str, str, int]:
     raise ValueError(name)
 
 
+def _mean(runs: list[dict], key: str) -> float:
+    return sum(r[key] for r in runs) / len(runs)
+
+
 def main(root: Path) -> None:
     table: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for run in sorted(root.iterdir()):
@@ -41,13 +46,19 @@ def main(root: Path) -> None:
         rows = [r for r in rows if "iteration" in r and "rollout_entropy" in r]
         last = rows[-1]
         table[(setting, arm)].append(
-            dict(seed=seed, before=ev["before"]["success"], after=ev["after"]["success"],
-                 ret_before=ev["before"]["return"], ret_after=ev["after"]["return"],
-                 position_bias=last.get("position_bias", float("nan")),
-                 label_mass=last["rollout_label_mass"], entropy=last["rollout_entropy"],
-                 shared=sum(r.get("shared_states", 0.0) for r in rows) / len(rows),
-                 train_success=sum(r["success"] for r in rows) / len(rows),
-                 steps=last["budget"]["optimizer_steps"])  # fmt: skip
+            dict(
+                seed=seed,
+                before=ev["before"]["success"],
+                after=ev["after"]["success"],
+                ret_before=ev["before"]["return"],
+                ret_after=ev["after"]["return"],
+                position_bias=last.get("position_bias", float("nan")),
+                label_mass=last["rollout_label_mass"],
+                entropy=last["rollout_entropy"],
+                shared=sum(r.get("shared_states", 0.0) for r in rows) / len(rows),
+                train_success=sum(r["success"] for r in rows) / len(rows),
+                steps=last["budget"]["optimizer_steps"],
+            )  # fmt: skip
         )
     print("| setting | arm | before | after (mean; seeds) | held-out return before -> after "
           "| training success (mean over iterations) | last position_bias | last label mass "
@@ -55,11 +66,7 @@ def main(root: Path) -> None:
     print("|" + "---|" * 11)
     for (setting, arm), runs in sorted(table.items()):
         runs.sort(key=lambda r: r["seed"])
-        n = len(runs)
-
-        def mean(k: str) -> float:
-            return sum(r[k] for r in runs) / n
-
+        mean = functools.partial(_mean, runs)
         seeds = ", ".join(f"{r['after']:.2f}" for r in runs)
         print(
             f"| {setting} | {arm} | {mean('before'):.2f} | {mean('after'):.2f} ({seeds}) "
