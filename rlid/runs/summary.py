@@ -107,7 +107,7 @@ def software_lines(run_dir: Path) -> list[str]:
 def _episode_weight(config: Any) -> str:
     if not config.weighs_episodes:
         return ""
-    step = getattr(config, "step_group_coef", 0.0)
+    step = config.step_group_coef
     step_text = f", plus {step:g} x step-level (same-state) group advantages" if step else ""
     if config.resolved_episode_weight == "equal":
         return ", every episode of a group weighing the same" + step_text
