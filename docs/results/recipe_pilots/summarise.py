@@ -15,6 +15,7 @@ from pathlib import Path
 
 ARMS = (
     "decision-ppo-step-position",
+    "decision-ppo-position-mass",
     "decision-ppo-position",
     "decision-ppo-step",
     "decision-ppo",
