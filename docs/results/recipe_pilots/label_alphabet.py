@@ -1,16 +1,19 @@
 """How a model's readout splits its probability between menu rows labelled A-Z and the
-rows beyond Z (a-z, 0-9: only menus of more than 26 rows have them) on cooking-easy's
-training games, with the suite's interface (labels "auto", overflow "truncate").
+rows beyond Z (a-z, 0-9: only menus of more than 26 rows have them) on a suite
+setting's training games (cooking-easy unless ``--setting``), with the suite's
+interface (labels "auto", overflow "truncate").
 
 The policy samples its own rows to move through the games (fixed seeds), so each
 model sees the states its own play reaches.
 
-    python docs/results/recipe_pilots/label_alphabet.py tiny runs/pilots/runs/X/checkpoint/model
+    python docs/results/recipe_pilots/label_alphabet.py [--setting NAME] tiny RUN/checkpoint/model
 """
 
 from __future__ import annotations
 
 import sys
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,12 +26,12 @@ from rlid.policy import DecisionPolicy
 GAMES, STEPS, AZ = 8, 6, 26
 
 
-def probe(model_path: str) -> str:
+def probe(model_path: str, setting: str) -> str:
+    suite = tomllib.loads((Path(__file__).parent / "suite.toml").read_text())
+    (entry,) = [e for e in suite["envs"] if e["name"] == setting]
     model, tokenizer = load_policy_model(model_path)
     policy = DecisionPolicy(model, tokenizer, Interface(labels="auto", overflow="truncate"))
-    env = envs.make(
-        "tw-cooking", recipe=1, take=1, go=1, max_episode_steps=15, split="train"
-    )  # the suite's cooking-easy
+    env = envs.make(entry["id"], split="train", **entry.get("options", {}))
     rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
     inside, beyond, mass, menus, long_menus = [], [], [], 0, 0
     for game in range(GAMES):
@@ -49,15 +52,22 @@ def probe(model_path: str) -> str:
             if terminated or truncated:
                 break
     env.close()
-    ratio = np.mean(beyond) / np.mean(inside) if inside else float("nan")
-    return (
-        f"{model_path}: {menus} menus, {long_menus} with more than {AZ} rows; there the mean "
-        f"probability of a row labelled A-Z is {np.mean(inside):.4f}, of a row beyond Z "
-        f"{np.mean(beyond):.6f} (ratio {ratio:.4f}); label mass {np.mean(mass):.3f}"
+    head = f"{setting}, {model_path}: {menus} menus, label mass {np.mean(mass):.3f}; "
+    if not inside:
+        return head + f"no menu of more than {AZ} rows"
+    ratio = np.mean(beyond) / np.mean(inside)
+    return head + (
+        f"{long_menus} menus of more than {AZ} rows, where a row labelled A-Z gets "
+        f"{np.mean(inside):.4f} on average and a row beyond Z {np.mean(beyond):.6f} "
+        f"(ratio {ratio:.4f})"
     )
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for path in sys.argv[1:] or ["tiny"]:
-        print(probe(path))
+    args = sys.argv[1:]
+    setting = "cooking-easy"
+    if args[:1] == ["--setting"]:
+        setting, args = args[1], args[2:]
+    for path in args or ["tiny"]:
+        print(probe(path, setting))
