@@ -30,7 +30,7 @@ def probe(model_path: str, setting: str) -> str:
     suite = tomllib.loads((Path(__file__).parent / "suite.toml").read_text())
     (entry,) = [e for e in suite["envs"] if e["name"] == setting]
     model, tokenizer = load_policy_model(model_path)
-    policy = DecisionPolicy(model, tokenizer, Interface(labels="auto", overflow="truncate"))
+    policy = DecisionPolicy(model, tokenizer, Interface(**suite["interface"]))
     env = envs.make(entry["id"], split="train", **entry.get("options", {}))
     rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
     inside, beyond, mass, menus, long_menus = [], [], [], 0, 0

@@ -59,7 +59,7 @@ def main(root: Path) -> None:
                 shared=sum(r.get("shared_states", 0.0) for r in rows) / len(rows),
                 train_success=sum(r["success"] for r in rows) / len(rows),
                 steps=last["budget"]["optimizer_steps"],
-            )  # fmt: skip
+            )
         )
     print("| setting | arm | before | after (mean; seeds) | held-out return before -> after "
           "| training success (mean over iterations) | last position_bias | last label mass "
