@@ -137,6 +137,13 @@ class PretrainConfig:
         "command is not on it stops there ('auto': A-Z, a-z, 0-9, so up to 62 rows: match "
         "the comparison the warm start is for, e.g. examples/suite.toml)",
     )
+    spread_labels: float = _f(
+        0.0,
+        "fraction of the corpus's menus whose labels are a random subset of the alphabet, "
+        "in its order, rather than its first labels (as a run's menus have them): with 0, a "
+        "label beyond the corpus's largest menu is never an answer, so with labels 'auto' "
+        "on menus of at most 26 rows the model learns never to pick a row labelled beyond Z",
+    )
     size: str = _f(
         DEFAULT_SIZE,
         "architecture preset of the fresh model (rlid.models.MODEL_SIZES): 'tiny' (0.95M "
@@ -168,6 +175,8 @@ class PretrainConfig:
             raise ValueError(
                 f"walkthrough_max_steps must be >= 1, got {self.walkthrough_max_steps}"
             )
+        if not 0.0 <= self.spread_labels <= 1.0:
+            raise ValueError(f"spread_labels must be in [0, 1], got {self.spread_labels}")
         if not self.answer_weight > 0:
             raise ValueError(f"answer_weight must be > 0, got {self.answer_weight}")
         if not self.envs:
@@ -273,7 +282,9 @@ def transcripts(
         bar = tqdm(episodes, desc=f"corpus: random play, {entry}", disable=not progress)
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
-            texts += _play(env, entry, seed, None, interface, labels, tokenizer, rng)
+            texts += _play(
+                env, entry, seed, None, interface, labels, tokenizer, rng, config.spread_labels
+            )
         env.close()
     if config.walkthrough_episodes:
         # Its own stream: the random-play part stays what it was without walkthroughs.
@@ -290,7 +301,10 @@ def transcripts(
             seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
             bar = tqdm(seeds, desc=f"corpus: walkthroughs, {entry}", disable=not progress)
             for seed in bar:
-                texts += _play(env, entry, seed, "walkthrough", interface, labels, tokenizer, rng)
+                texts += _play(
+                    env, entry, seed, "walkthrough", interface, labels, tokenizer, rng,
+                    config.spread_labels,
+                )  # fmt: skip
             env.close()
     return texts
 
@@ -304,6 +318,7 @@ def _play(
     labels: Any,
     tokenizer: Any,
     rng: np.random.Generator,
+    spread: float = 0.0,
 ) -> list[Transcript]:
     """One episode's transcripts: uniformly random rows (``guide`` None) or the rows of
     the game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
@@ -320,12 +335,16 @@ def _play(
         legal = info["legal_actions"]
         if len(legal) > len(labels):
             legal = legal[: len(labels)]
+        names = labels
+        if spread and rng.random() < spread:  # a random subset of the alphabet, in its order
+            picked = np.sort(rng.choice(len(labels.labels), size=len(legal), replace=False))
+            names = [labels.labels[i] for i in picked]
         afterstates = info.get("afterstates")
         menu = compile_menu(
             legal,
             afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
             memory_text,
-            labels=labels,
+            labels=names,
             rng=rng,
         )
         if guide:
@@ -489,6 +508,8 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
     settings["envs"] = list(settings["envs"])
     if settings["labels"] == DEFAULT_LABELS:  # as saved before the option existed
         settings.pop("labels")
+    if not settings["spread_labels"]:  # likewise
+        settings.pop("spread_labels")
     for name, default in (("memory", DEFAULT_MEMORY), ("size", DEFAULT_SIZE)):
         if settings[name] == default:  # likewise
             settings.pop(name)

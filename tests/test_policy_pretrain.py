@@ -521,6 +521,46 @@ def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_i
         PretrainConfig(labels="A-")
 
 
+def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_default():
+    import re
+
+    from menus.labels import parse_alphabet
+    from rlid import pretrain as pretrain_mod
+    from rlid.pretrain import transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("keydoor",), episodes_per_env=6, walkthrough_episodes=2, labels="auto")
+    alphabet = parse_alphabet("auto")
+
+    def decisions(spread: float) -> list[tuple[list[str], str, str]]:
+        corpus = transcripts(PretrainConfig(**base, spread_labels=spread), tokenizer)
+        out = []
+        for t in corpus:
+            if "\nCommand: " in t.answer:
+                rows = re.findall(r"\n([A-Za-z0-9])\) ", t.prompt)
+                label, command = re.fullmatch(r" (\S)\nCommand: (.*)\n", t.answer).groups()
+                # the answer is a row of this menu, and its command is that row's action
+                assert label in rows and f"\n{label}) {command} ->" in t.prompt
+                out.append((rows, label, t.prompt))
+        return out
+
+    first, all_spread, half = decisions(0.0), decisions(1.0), decisions(0.5)
+    largest = max(len(rows) for rows, _, _ in first)
+    assert largest < 26  # keydoor's menus are small ...
+    assert {label for _, label, _ in first} <= set(alphabet[:largest])  # ... so, by default,
+    beyond = {label for _, label, _ in all_spread} - set(alphabet[:largest])
+    assert len(beyond) > 10  # ... labels past the largest menu are never answers; spread: many
+    for rows, _, _ in all_spread:  # a subset of the alphabet, in the alphabet's order
+        assert rows == sorted(rows, key=alphabet.index) and len(set(rows)) == len(rows)
+    prefix = [rows == list(alphabet[: len(rows)]) for rows, _, _ in half]
+    assert 0.2 < np.mean(prefix) < 0.8  # about half the menus keep the first labels
+    # a build without the option resumes as one made before it existed
+    assert "spread_labels" not in pretrain_mod._same_build(PretrainConfig(**base))
+    assert pretrain_mod._same_build(PretrainConfig(**base, spread_labels=0.5))["spread_labels"]
+    with pytest.raises(ValueError, match="spread_labels must be in"):
+        PretrainConfig(spread_labels=1.5)
+
+
 def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
     from rlid.pretrain import transcripts
 
