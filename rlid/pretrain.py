@@ -204,6 +204,8 @@ class Transcript:
     guided: bool
     env: str = ""
     """The ``--envs`` entry whose game it comes from."""
+    label: str = ""
+    """The chosen row's label (a decision transcript; "" for a token-plane one)."""
 
 
 _RESERVED = ("split", "num_games", "max_episode_steps", "game_seed")
@@ -359,7 +361,8 @@ def _play(
             row = int(rng.integers(len(menu.rows)))
         label, action = menu.rows[row].label, menu.rows[row].action
         prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
-        texts.append(Transcript(prompt, render_decision_target(label, action), bool(guide), entry))
+        target = render_decision_target(label, action)
+        texts.append(Transcript(prompt, target, bool(guide), entry, label))
         token_prompt = render_token_prompt(
             obs, info, interface, tokenizer, memory_text,
             legal_actions=legal if interface.show_legal_to_token_plane else None,
@@ -377,12 +380,14 @@ def training_sequences(
     *,
     progress: bool = False,
     dropped: dict[str, list[int]] | None = None,
+    answered: dict[str, int] | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """The corpus as ``(token ids + EOS, loss weights)`` pairs, a weight per token (of
     predicting it from the tokens before it): 1 for a prompt token, ``answer_weight``
     from where the answer starts to the EOS, and 0 for a random-play answer when
     ``random_answers`` is off. Sequences over ``max_tokens`` are dropped; ``dropped``,
-    if given, receives ``{env entry: [dropped, of all]}`` for every env."""
+    if given, receives ``{env entry: [dropped, of all]}`` for every env; ``answered``,
+    if given, ``{label: count}`` of the decision answers trained on (kept, weight > 0)."""
     eos = tokenizer.eos_token_id
     seqs: list[tuple[list[int], list[float]]] = []
     counts = dropped if dropped is not None else {}
@@ -395,6 +400,8 @@ def training_sequences(
             counts[t.env][0] += 1
             continue
         answer = config.answer_weight if (t.guided or config.random_answers) else 0.0
+        if answered is not None and t.label and answer > 0:
+            answered[t.label] = answered.get(t.label, 0) + 1
         if answer == 1.0:  # the answer weighs as the prompt: no need to find where it starts
             seqs.append((ids, [1.0] * len(ids)))
             continue
@@ -514,6 +521,28 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
         if settings[name] == default:  # likewise
             settings.pop(name)
     return settings
+
+
+def _in_alphabet_order(answered: dict[str, int] | None, spec: str) -> dict[str, int] | None:
+    if answered is None:
+        return None
+    order = {label: i for i, label in enumerate(parse_alphabet(spec))}
+    return dict(sorted(answered.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def answered_labels(model: str | os.PathLike[str]) -> dict[str, int] | None:
+    """``{label: count}`` of the decision answers the warm start ``model`` (``"tiny"`` or a
+    directory ``rlid pretrain --out`` wrote) was trained on, from its ``pretrain.json``;
+    None when there is no such record (another model, or a build from before it)."""
+    from rlid.models import TINY_NAME, tiny_cache_dir
+
+    path = tiny_cache_dir() if str(model) == TINY_NAME else Path(model)
+    try:
+        record = json.loads((path / "pretrain.json").read_text())
+    except (OSError, ValueError):
+        return None
+    labels = record.get("answered_labels") if isinstance(record, dict) else None
+    return labels if isinstance(labels, dict) else None
 
 
 def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
@@ -770,11 +799,18 @@ def _pretrain_locked(
         _check_settings(saved, config, work)  # fail before building the corpus
     tokenizer = build_tiny_tokenizer()
     dropped: dict[str, list[int]] = {}
+    answered: dict[str, int] | None = {}
     kept = _load_corpus(work, config) if saved is not None else None
     if kept is not None:  # the corpus this build started on, as it was then
-        seqs, dropped = kept
+        seqs, extra = kept
+        if isinstance(extra, dict) and set(extra) == {"dropped", "answered"}:
+            dropped, answered = extra["dropped"], extra["answered"]
+        else:  # kept before the answers were counted
+            dropped, answered = extra, None
     else:
-        seqs = training_sequences(config, tokenizer, progress=progress, dropped=dropped)
+        seqs = training_sequences(
+            config, tokenizer, progress=progress, dropped=dropped, answered=answered
+        )
     if not seqs:
         raise ValueError("no transcript fits max_tokens; raise --max-tokens")
     for entry, (n, total) in dropped.items():
@@ -787,7 +823,7 @@ def _pretrain_locked(
             )
     digest = _corpus_digest(seqs)
     if every and kept is None:
-        _save_corpus(work, config, seqs, dropped)
+        _save_corpus(work, config, seqs, {"dropped": dropped, "answered": answered})
     model = _fresh_model(tokenizer, config.size, seed=config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
@@ -861,6 +897,9 @@ def _pretrain_locked(
         "config": asdict(config),
         "sequences": len(seqs),
         "dropped": {entry: {"dropped": n, "of": total} for entry, (n, total) in dropped.items()},
+        # the labels the model was trained to answer with, in the alphabet's order: a run's
+        # rows labelled otherwise are rarely picked (rlid.trainer warns)
+        "answered_labels": _in_alphabet_order(answered, config.labels),
         "first_loss": float(np.mean(losses[:10])),
         "final_loss": float(np.mean(losses[-20:])),
         "seconds": spent + time.perf_counter() - t0,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +64,7 @@ from rlid.ppo import (
     position_bias,
     position_directions,
 )
+from rlid.pretrain import answered_labels
 from rlid.protocols import CausalLM, MenuPolicy
 from rlid.rollout import Episode, collect_episodes, episode_stats
 from rlid.runs.dir import rng_state
@@ -95,18 +97,13 @@ def make_envs(config: TrainConfig, split: str, count: int) -> Any:
     return [envs_pkg.make(config.env, **options) for _ in range(count)]
 
 
-def preflight_menu_sizes(
-    env_list: list[Any], max_rows: int, interface: Any, seeds: int = 4
-) -> None:
-    """Fail before training when the env's menus can exceed the label alphabet."""
-    if interface.overflow != "error":
-        return
-    env = env_list[0]
+def largest_menu(env: Any, seeds: int = 4, steps: int = 20) -> int:
+    """The most legal actions seen in ``seeds`` random walks of up to ``steps`` steps."""
     biggest = 0
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
         _, info = env.reset(seed=seed)
-        for _ in range(20):
+        for _ in range(steps):
             legal = info["legal_actions"]
             biggest = max(biggest, len(legal))
             if not legal:
@@ -114,12 +111,47 @@ def preflight_menu_sizes(
             _, _, term, trunc, info = env.step(legal[int(rng.integers(len(legal)))])
             if term or trunc:
                 break
-    if biggest > max_rows:
+    return biggest
+
+
+def preflight_menu_sizes(
+    env_list: list[Any],
+    max_rows: int,
+    interface: Any,
+    seeds: int = 4,
+    *,
+    labels: Any = None,
+    answered: dict[str, int] | None = None,
+    model: str = "",
+) -> None:
+    """Fail before training when the env's menus can exceed the label alphabet; warn when
+    they show rows whose labels (``labels``, the policy's in order) the warm start
+    ``model`` was never trained to answer with (``answered``: its ``pretrain.json``
+    record): such rows are rarely picked. Menu sizes come from a short random walk."""
+    check_labels = answered is not None and labels is not None
+    if interface.overflow != "error" and not check_labels:
+        return
+    biggest = largest_menu(env_list[0], seeds)
+    if biggest > max_rows and interface.overflow == "error":
         raise ValueError(
             f"this env shows up to {biggest} legal actions but the label alphabet "
             f"{interface.labels!r} has only {max_rows} valid single-token labels for this "
             f"tokenizer; use a larger alphabet (e.g. --labels A-Za-z) or --overflow truncate"
         )
+    if check_labels:
+        assert answered is not None
+        never = [label for label in labels[: min(biggest, max_rows)] if label not in answered]
+        if never:
+            print(
+                f"rlid train: warning: this env shows menus of up to {biggest} rows, and the "
+                f"warm start {model} was never trained to answer with {len(never)} of their "
+                f"labels ({' '.join(never[:8])}{' ...' if len(never) > 8 else ''}; its "
+                "pretrain.json, answered_labels): rows labelled so are rarely picked. A warm "
+                "start built with rlid pretrain --labels auto --spread-labels 0.5 answers "
+                "with every label",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def close_envs(*env_lists: Any) -> None:
@@ -797,7 +829,13 @@ def train(
     )  # fmt: skip
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
-    preflight_menu_sizes(train_envs, policy.max_menu_size, config.interface)
+    label_set = getattr(policy, "labels", None)  # the decision plane's labels
+    preflight_menu_sizes(
+        train_envs, policy.max_menu_size, config.interface,
+        labels=label_set.labels if label_set is not None and world.is_writer else None,
+        answered=answered_labels(config.model) if not log.resuming else None,
+        model=str(config.model),
+    )  # fmt: skip
 
     ref_policy = None
     if config.kl_coef > 0:  # (a copy of the model is taken before it is wrapped)

@@ -12,7 +12,7 @@ import envs
 from menus import Interface
 from rlid.models import build_tiny_model, load_policy_model
 from rlid.policy import DecisionPolicy, sample_rows
-from rlid.pretrain import PretrainConfig, pretrain, random_play_transcripts
+from rlid.pretrain import PretrainConfig, answered_labels, pretrain, random_play_transcripts
 from rlid.readout import label_logprobs
 from rlid.tokenizer import build_tiny_tokenizer
 
@@ -93,6 +93,11 @@ def test_pretraining_is_deterministic_saves_and_reloads_with_the_same_readout(tm
     first = pretrain(config, out=tmp_path / "a", progress=False)
     pretrain(config, out=tmp_path / "b", progress=False)
     assert first["final_loss"] < first["first_loss"] + 1.0
+    # every decision answer is counted under its label, in the alphabet's order
+    answers = [t.split("Answer: ")[-1][0] for t in texts if "Answer: " in t]
+    assert first["answered_labels"] == {k: answers.count(k) for k in sorted(set(answers))}
+    assert answered_labels(tmp_path / "a") == first["answered_labels"]
+    assert answered_labels(tmp_path / "nowhere") is None
     model_a, tok_a = load_policy_model(str(tmp_path / "a"))
     model_b, _ = load_policy_model(str(tmp_path / "b"))
     for (name, pa), pb in zip(model_a.state_dict().items(), model_b.state_dict().values()):
@@ -226,6 +231,7 @@ def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkey
     assert "resuming at step 4 of 7" in capsys.readouterr().err
     assert resumed["resumed_at_step"] == 4
     assert resumed["sequences"] == whole["sequences"] and resumed["dropped"] == whole["dropped"]
+    assert resumed["answered_labels"] == whole["answered_labels"]  # kept with the corpus
     assert (resumed["first_loss"], resumed["final_loss"]) == (
         whole["first_loss"], whole["final_loss"],
     )  # fmt: skip

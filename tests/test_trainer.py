@@ -394,3 +394,27 @@ def test_step_level_group_advantages_train_and_are_recorded(tmp_path):
     assert "step-level" in (Path(on.path) / "summary.md").read_text()
     trained_on, trained_off = params_of(Path(on.path)), params_of(Path(off.path))
     assert any(not torch.equal(trained_on[k], trained_off[k]) for k in trained_on)
+
+
+def test_rows_labelled_beyond_the_warm_starts_answers_are_warned_about(capsys):
+    import envs
+
+    env = envs.make("keydoor", size=3)
+    interface = Interface(labels="A-Z", overflow="truncate")
+    labels = [chr(ord("A") + i) for i in range(26)]
+
+    def warning(answered):
+        trainer_mod.preflight_menu_sizes(
+            [env], 26, interface, labels=labels, answered=answered, model="WARM"
+        )
+        return capsys.readouterr().err
+
+    biggest = trainer_mod.largest_menu(env)  # what the preflight's walk sees
+    assert 3 < biggest < 26
+    text = warning({"A": 5, "B": 2, "C": 1})
+    never = labels[3:biggest]
+    assert f"menus of up to {biggest} rows" in text and "warm start WARM" in text
+    assert f"with {len(never)} of their labels ({' '.join(never[:8])}" in text
+    assert "--spread-labels" in text
+    assert warning({label: 1 for label in labels[:biggest]}) == ""  # every shown label answered
+    assert warning(None) == ""  # no record: nothing to say
