@@ -94,7 +94,11 @@ def test_pretrain_builds_a_guided_warm_start_usable_as_a_model_dir(tmp_path, cap
         "--batch-size", "2", "--threads", "1", "--quiet", "--out", str(out),
     ])  # fmt: skip
     assert code == 0
-    assert "random-play and walkthrough sequences" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "random-play and walkthrough sequences" in printed
+    # the labels the model was trained to answer with are named
+    answered = json.loads((out / "pretrain.json").read_text())["answered_labels"]
+    assert f"answering with {len(answered)} labels ({' '.join(answered)})" in printed
     recorded = json.loads((out / "pretrain.json").read_text())["config"]
     assert recorded["walkthrough_episodes"] == 1 and recorded["random_answers"] is False
     assert recorded["answer_weight"] == 8.0

@@ -34,9 +34,13 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         restart=args.restart,
     )
     source = "random-play and walkthrough" if config.walkthrough_episodes else "random-play"
+    answered = list(info.get("answered_labels") or {})
+    shown = answered if len(answered) <= 16 else [*answered[:8], "...", *answered[-4:]]
+    labels = f" ({' '.join(shown)})" if answered else ""
     print(
         f"pretrained on {info['sequences']} {source} sequences in {info['seconds']:.0f}s: "
-        f"loss {info['first_loss']:.2f} -> {info['final_loss']:.2f}; saved to {info['path']}"
+        f"loss {info['first_loss']:.2f} -> {info['final_loss']:.2f}, answering with "
+        f"{len(answered)} labels{labels}; saved to {info['path']}"
     )
     return 0
 

@@ -17,6 +17,7 @@ ARMS = (
     "decision-ppo-step-position",
     "decision-ppo-position-mass",
     "decision-ppo-position",
+    "decision-ppo-spread",
     "decision-ppo-step",
     "decision-ppo",
 )  # longest first
