@@ -143,8 +143,13 @@ def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_onl
     corpus = transcripts(PretrainConfig(**base), tokenizer)
     every = training_sequences(PretrainConfig(**base), tokenizer)
     assert all(w == [1.0] * len(ids) for ids, w in every)  # the default: every token trained
-    masked = training_sequences(PretrainConfig(**base, random_answers=False), tokenizer)
+    answered: dict[str, int] = {}
+    masked = training_sequences(
+        PretrainConfig(**base, random_answers=False), tokenizer, answered=answered
+    )
     assert [ids for ids, _ in masked] == [ids for ids, _ in every]
+    guided = [t.label for t in corpus if t.guided and t.label]  # the answers trained on
+    assert answered == {k: guided.count(k) for k in set(guided)} and guided
     assert any(t.guided for t in corpus) and any(not t.guided for t in corpus)
     weighted = training_sequences(PretrainConfig(**base, answer_weight=5.0), tokenizer)
     for t, (ids, w), (_, w5) in zip(corpus, masked, weighted):
