@@ -141,8 +141,9 @@ class PretrainConfig:
         0.0,
         "fraction of the corpus's menus whose labels are a random subset of the alphabet, "
         "in its order, rather than its first labels (as a run's menus have them): with 0, a "
-        "label beyond the corpus's largest menu is never an answer, so with labels 'auto' "
-        "on menus of at most 26 rows the model learns never to pick a row labelled beyond Z",
+        "label beyond the corpus's largest menu is never an answer, and the model rarely "
+        "picks rows so labelled in a larger menu (the default corpus answers with A-K only; "
+        "pretrain.json records the labels answered with)",
     )
     size: str = _f(
         DEFAULT_SIZE,
