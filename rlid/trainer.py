@@ -140,12 +140,16 @@ def preflight_menu_sizes(
         )
     if check_labels:
         assert answered is not None
-        never = [label for label in labels[: min(biggest, max_rows)] if label not in answered]
+        # the labels past the last one the start answered with (a gap before it is a
+        # small corpus's chance, not a menu larger than any it saw)
+        reach = max((i + 1 for i, label in enumerate(labels) if label in answered), default=0)
+        never = list(labels[reach : min(biggest, max_rows)])
         if never:
             print(
                 f"rlid train: warning: this env shows menus of up to {biggest} rows, and the "
-                f"warm start {model} was never trained to answer with {len(never)} of their "
-                f"labels ({' '.join(never[:8])}{' ...' if len(never) > 8 else ''}; its "
+                f"warm start {model} was never trained to answer with a label past "
+                f"{labels[reach - 1] if reach else 'none'} ({len(never)} of their labels: "
+                f"{' '.join(never[:8])}{' ...' if len(never) > 8 else ''}; its "
                 "pretrain.json, answered_labels): rows labelled so are rarely picked. A warm "
                 "start built with rlid pretrain --labels auto --spread-labels 0.5 answers "
                 "with every label",

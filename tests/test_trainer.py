@@ -414,7 +414,9 @@ def test_rows_labelled_beyond_the_warm_starts_answers_are_warned_about(capsys):
     text = warning({"A": 5, "B": 2, "C": 1})
     never = labels[3:biggest]
     assert f"menus of up to {biggest} rows" in text and "warm start WARM" in text
-    assert f"with {len(never)} of their labels ({' '.join(never[:8])}" in text
+    assert f"a label past C ({len(never)} of their labels: {' '.join(never[:8])}" in text
     assert "--spread-labels" in text
     assert warning({label: 1 for label in labels[:biggest]}) == ""  # every shown label answered
+    assert warning({"A": 1, "C": 1, labels[biggest - 1]: 1}) == ""  # a gap is not a warning
     assert warning(None) == ""  # no record: nothing to say
+    assert "past none" in warning({"a": 3})  # answered in another alphabet only
