@@ -531,15 +531,13 @@ def _in_alphabet_order(answered: dict[str, int] | None, spec: str) -> dict[str, 
     return dict(sorted(answered.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def answered_labels(model: str | os.PathLike[str]) -> dict[str, int] | None:
-    """``{label: count}`` of the decision answers the warm start ``model`` (``"tiny"`` or a
-    directory ``rlid pretrain --out`` wrote) was trained on, from its ``pretrain.json``;
-    None when there is no such record (another model, or a build from before it)."""
-    from rlid.models import TINY_NAME, tiny_cache_dir
-
-    path = tiny_cache_dir() if str(model) == TINY_NAME else Path(model)
+def answered_labels(model_dir: str | os.PathLike[str]) -> dict[str, int] | None:
+    """``{label: count}`` of the decision answers the warm start in ``model_dir`` (the
+    cache of ``"tiny"``, or a directory ``rlid pretrain --out`` wrote) was trained on, from
+    its ``pretrain.json``; None when there is no such record (another model, or a build
+    from before it)."""
     try:
-        record = json.loads((path / "pretrain.json").read_text())
+        record = json.loads((Path(model_dir) / "pretrain.json").read_text())
     except (OSError, ValueError):
         return None
     labels = record.get("answered_labels") if isinstance(record, dict) else None

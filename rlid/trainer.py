@@ -24,7 +24,7 @@ import functools
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from rlid.hardware import (
     resolve_device,
     train_mode_without_dropout,
 )
-from rlid.lora import AdapterDisabled, load_run_model, own_memory
+from rlid.lora import AdapterDisabled, base_model_path, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
 from rlid.ppo import (
@@ -120,7 +120,7 @@ def preflight_menu_sizes(
     interface: Any,
     seeds: int = 4,
     *,
-    labels: Any = None,
+    labels: Sequence[str] | None = None,
     answered: dict[str, int] | None = None,
     model: str = "",
 ) -> None:
@@ -128,8 +128,7 @@ def preflight_menu_sizes(
     they show rows whose labels (``labels``, the policy's in order) the warm start
     ``model`` was never trained to answer with (``answered``: its ``pretrain.json``
     record): such rows are rarely picked. Menu sizes come from a short random walk."""
-    check_labels = answered is not None and labels is not None
-    if interface.overflow != "error" and not check_labels:
+    if interface.overflow != "error" and (answered is None or labels is None):
         return
     biggest = largest_menu(env_list[0], seeds)
     if biggest > max_rows and interface.overflow == "error":
@@ -138,8 +137,7 @@ def preflight_menu_sizes(
             f"{interface.labels!r} has only {max_rows} valid single-token labels for this "
             f"tokenizer; use a larger alphabet (e.g. --labels A-Za-z) or --overflow truncate"
         )
-    if check_labels:
-        assert answered is not None
+    if answered is not None and labels is not None:
         # the labels past the last one the start answered with (a gap before it is a
         # small corpus's chance, not a menu larger than any it saw)
         reach = max((i + 1 for i, label in enumerate(labels) if label in answered), default=0)
@@ -833,11 +831,13 @@ def train(
     )  # fmt: skip
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
-    label_set = getattr(policy, "labels", None)  # the decision plane's labels
+    # the decision plane's labels, checked against the start's once (the writer, new runs)
+    label_set = getattr(policy, "labels", None) if world.is_writer and not log.resuming else None
+    labels = label_set.labels if label_set is not None else None
     preflight_menu_sizes(
         train_envs, policy.max_menu_size, config.interface,
-        labels=label_set.labels if label_set is not None and world.is_writer else None,
-        answered=answered_labels(config.model) if not log.resuming else None,
+        labels=labels,
+        answered=answered_labels(base_model_path(config)) if labels is not None else None,
         model=str(config.model),
     )  # fmt: skip
 
