@@ -18,6 +18,7 @@ from __future__ import annotations
 from envs import builtin as _builtin  # noqa: F401  (registers the built-in games)
 from envs.base import TextGameEnv
 from envs.gym_ids import gym_id, gym_ids
+from envs.outcome import Outcome, best_rows, read_outcome
 from envs.registry import SPLITS, EnvSpec, Option, get_spec, list_envs, make, register
 from envs.textworld import specs as _tw_specs  # noqa: F401  (registers tw-*; lazy textworld)
 
@@ -25,11 +26,14 @@ __all__ = [
     "SPLITS",
     "EnvSpec",
     "Option",
+    "Outcome",
     "TextGameEnv",
+    "best_rows",
     "get_spec",
     "gym_id",
     "gym_ids",
     "list_envs",
     "make",
+    "read_outcome",
     "register",
 ]

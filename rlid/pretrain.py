@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 import envs as envs_pkg
+from envs.outcome import best_rows
 from envs.registry import COMMON_OPTIONS
 from menus import Interface, compile_menu, make_memory
 from menus.labels import parse_alphabet
@@ -76,6 +77,7 @@ DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 DEFAULT_LABELS = "A-Z"
 DEFAULT_MEMORY = "last_k"
 DEFAULT_SIZE = "tiny"
+PLAY_CHOICES = ("random", "afterstate")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -145,6 +147,13 @@ class PretrainConfig:
         "picks rows so labelled in a larger menu (the default corpus answers with A-K only; "
         "pretrain.json records the labels answered with)",
     )
+    play: str = _f(
+        "random",
+        "how the play episodes pick their rows: 'random' (uniformly) or 'afterstate' (a row "
+        "whose afterstate the menu marks best: a win, else the most points, else any row not "
+        "marked as losing, uniformly among ties; envs.outcome.best_rows, the afterstate "
+        "reference of rlid compare), so their answers teach reading the menu's outcome marks",
+    )
     size: str = _f(
         DEFAULT_SIZE,
         "architecture preset of the fresh model (rlid.models.MODEL_SIZES): 'tiny' (0.95M "
@@ -178,6 +187,8 @@ class PretrainConfig:
             )
         if not 0.0 <= self.spread_labels <= 1.0:
             raise ValueError(f"spread_labels must be in [0, 1], got {self.spread_labels}")
+        if self.play not in PLAY_CHOICES:
+            raise ValueError(f"play must be one of {list(PLAY_CHOICES)}, got {self.play!r}")
         if not self.answer_weight > 0:
             raise ValueError(f"answer_weight must be > 0, got {self.answer_weight}")
         if not self.envs:
@@ -286,8 +297,9 @@ def transcripts(
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
             texts += _play(
-                env, entry, seed, None, interface, labels, tokenizer, rng, config.spread_labels
-            )
+                env, entry, seed, None, interface, labels, tokenizer, rng, config.spread_labels,
+                marks=config.play == "afterstate",
+            )  # fmt: skip
         env.close()
     if config.walkthrough_episodes:
         # Its own stream: the random-play part stays what it was without walkthroughs.
@@ -322,9 +334,12 @@ def _play(
     tokenizer: Any,
     rng: np.random.Generator,
     spread: float = 0.0,
+    *,
+    marks: bool = False,
 ) -> list[Transcript]:
-    """One episode's transcripts: uniformly random rows (``guide`` None) or the rows of
-    the game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
+    """One episode's transcripts: uniformly random rows (``guide`` None; with ``marks``,
+    uniformly among the rows whose afterstates the menu marks best) or the rows of the
+    game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
     texts: list[Transcript] = []
     memory = make_memory(interface.memory, interface.memory_size)
     obs, info = env.reset(seed=seed)
@@ -358,6 +373,13 @@ def _play(
             if not rows:  # the solution's command is not on this menu: stop the episode
                 break
             row = rows[0]
+        elif marks:
+            if menu.rows[0].afterstate is None:
+                raise ValueError(
+                    "play='afterstate' reads the menus' afterstates; the env gives none"
+                )
+            best = best_rows([r.afterstate or "" for r in menu.rows])
+            row = best[int(rng.integers(len(best)))]
         else:
             row = int(rng.integers(len(menu.rows)))
         label, action = menu.rows[row].label, menu.rows[row].action
@@ -518,6 +540,8 @@ def _same_build(config: PretrainConfig) -> dict[str, Any]:
         settings.pop("labels")
     if not settings["spread_labels"]:  # likewise
         settings.pop("spread_labels")
+    if settings["play"] == "random":  # likewise
+        settings.pop("play")
     for name, default in (("memory", DEFAULT_MEMORY), ("size", DEFAULT_SIZE)):
         if settings[name] == default:  # likewise
             settings.pop(name)

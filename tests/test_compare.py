@@ -140,6 +140,57 @@ def test_a_missing_model_directory_is_refused_before_any_run(tmp_path, capsys):
     assert not (out / "runs").exists() and not (out / "reference").exists()
 
 
+def test_references_only_evaluates_them_and_prints_their_table(tmp_path, capsys):
+    data = tiny_comparison(references=["random", "walkthrough", "afterstate"], seeds=[0, 1])
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(data))
+    out = tmp_path / "out"
+    argv = ["compare", "--config", str(path), "--out", str(out), "--quiet", "--references"]
+    assert cli_main(argv) == 0
+    table = capsys.readouterr().out
+    assert "| env | random: success | walkthrough: success | afterstate: success |" in table
+    assert "| keydoor | " in table
+    # the ones that draw once per seed, the walkthrough once; no run trained
+    refs = sorted(p.name for p in (out / "reference" / "keydoor").iterdir())
+    assert refs == ["afterstate-seed0.json", "afterstate-seed1.json", "random-seed0.json",
+                    "random-seed1.json", "walkthrough-seed0.json"]  # fmt: skip
+    assert not (out / "runs").exists() and (out / "comparison.json").exists()
+    saved = json.loads((out / "reference" / "keydoor" / "walkthrough-seed0.json").read_text())
+    assert "1.00 [1.00, 1.00]" in table and saved["after"]["success"] == 1.0
+    # a rerun reuses them (nothing re-evaluated, the same table)
+    assert cli_main(argv) == 0 and capsys.readouterr().out == table
+
+
+def test_the_afterstate_reference_needs_the_menus_to_show_afterstates():
+    data = tiny_comparison(
+        references=["afterstate"], interface={"memory": "none", "afterstates": False}
+    )
+    with pytest.raises(CompareConfigError, match="hides them"):
+        parse_compare_config(data)
+
+
+def test_the_suite_table_gains_an_afterstate_column_only_when_measured():
+    from rlid.compare.text import _suite_section
+
+    def iv(mean):
+        return {"mean": mean, "low": mean, "high": mean}
+
+    arm = {"heldout": {"before": {"success": iv(0.1)}, "after": {"success": iv(0.4)}}}
+    refs = {name: {"heldout": {"success": iv(v)}}
+            for name, v in (("random", 0.2), ("walkthrough", 1.0), ("afterstate", 0.7))}  # fmt: skip
+    results = {"envs": {"kd": {"arms": {"ppo": arm}, "references": refs}}}
+    lines = _suite_section(results)
+    assert "| env | arm | floor (random) | before | after | afterstate marks | ceiling " in (
+        "\n".join(lines)
+    )
+    assert (
+        "| kd | ppo | 0.20 [0.20, 0.20] | 0.10 [0.10, 0.10] | 0.40 [0.40, 0.40] | "
+        "0.70 [0.70, 0.70] | 1.00 [1.00, 1.00] |" in lines
+    )
+    del refs["afterstate"]
+    assert not any("afterstate" in line for line in _suite_section(results))
+
+
 def test_shipped_example_config_is_valid():
     from rlid.compare.parse import load_compare_config
 
@@ -185,7 +236,8 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
     for env_id in ("keydoor", "crafting", "tw-simple", "tw-coin_collector",
                    "tw-treasure_hunter", "tw-cooking"):  # fmt: skip
         assert ids.count(env_id) == 2, env_id  # two sizes / levels each
-    assert len(compare.seeds) >= 3 and compare.references == ("random", "walkthrough")
+    assert len(compare.seeds) >= 3
+    assert compare.references == ("random", "walkthrough", "afterstate")
     assert {(a.plane, a.algorithm) for a in compare.arms} == {
         ("decision", "ppo"),
         ("scoring", "ppo"),

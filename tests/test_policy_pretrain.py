@@ -572,6 +572,38 @@ def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_
         PretrainConfig(spread_labels=1.5)
 
 
+def test_afterstate_play_answers_with_the_rows_the_menu_marks_best():
+    import re
+
+    from envs.outcome import best_rows
+    from rlid import pretrain as pretrain_mod
+    from rlid.pretrain import transcripts
+
+    tokenizer = build_tiny_tokenizer()
+    base = dict(envs=("crafting",), episodes_per_env=8, max_episode_steps=12)
+
+    def decisions(play: str) -> list[tuple[str, list[int]]]:
+        """(answer's label, whether each menu row is among the best) per decision."""
+        out = []
+        for t in transcripts(PretrainConfig(**base, play=play), tokenizer):
+            if "\nCommand: " not in t.answer:
+                continue
+            rows = re.findall(r"\n([A-Z])\) .* -> (.*)", t.prompt)
+            best = set(best_rows([after for _, after in rows]))
+            label = re.fullmatch(r" (\S)\nCommand: (.*)\n", t.answer).group(1)
+            out.append(([lab for lab, _ in rows].index(label) in best, len(best) < len(rows)))
+        return out
+
+    guided, uniform = decisions("afterstate"), decisions("random")
+    assert all(ok for ok, _ in guided)  # every answer is a best-marked row ...
+    marked = [ok for ok, some in uniform if some]  # ... where random play often is not
+    assert sum(some for _, some in guided) >= 8 and 0 < np.mean(marked) < 0.6
+    assert "play" not in pretrain_mod._same_build(PretrainConfig(**base))  # as before it
+    assert pretrain_mod._same_build(PretrainConfig(**base, play="afterstate"))["play"]
+    with pytest.raises(ValueError, match="play must be one of"):
+        PretrainConfig(play="walkthrough")
+
+
 def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
     from rlid.pretrain import transcripts
 

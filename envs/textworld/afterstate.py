@@ -36,6 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envs.outcome import Outcome  # the predicted points / win / loss, read back by read_outcome
+
 # Facts that encode static map structure or recipe bookkeeping: never described.
 HIDDEN_PREDICATES = frozenset(
     {"free", "link", "north_of", "south_of", "east_of", "west_of", "match", "cooking_location"}
@@ -63,15 +65,6 @@ class FactDelta:
     @property
     def empty(self) -> bool:
         return not self.added and not self.removed
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Predicted quest outcome of one action: points gained, game won, game lost."""
-
-    points: int = 0
-    won: bool = False
-    lost: bool = False
 
 
 def fact_delta(facts: frozenset | set, action: Any) -> FactDelta:

@@ -33,7 +33,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         restart=args.restart,
     )
-    source = "random-play and walkthrough" if config.walkthrough_episodes else "random-play"
+    play = "random-play" if config.play == "random" else "afterstate-guided play"
+    source = f"{play} and walkthrough" if config.walkthrough_episodes else play
     answered = list(info.get("answered_labels") or {})
     shown = answered if len(answered) <= 16 else [*answered[:8], "...", *answered[-4:]]
     labels = f" ({' '.join(shown)})" if answered else ""

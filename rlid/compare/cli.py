@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rlid.compare.parse import load_compare_config
-from rlid.compare.run import run_comparison
+from rlid.compare.run import run_comparison, run_references
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -42,6 +42,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(format_status(comparison_status(compare, args.out), compare.currency))
         return 0
     say = (lambda _msg: None) if args.quiet else print
+    if args.references:
+        from rlid.compare.text import references_table
+
+        refs = run_references(compare, args.out, say=say)
+        if refs is None:
+            return 1
+        print(references_table(compare, refs))
+        return 0
     results = run_comparison(compare, args.out, progress=not args.quiet, say=say)
     if results is not None and not args.quiet:
         print((Path(args.out) / "report.md").read_text())
@@ -91,6 +99,12 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check", action="store_true",
         help="only validate the config and print it resolved as JSON (trains nothing)",
+    )  # fmt: skip
+    p.add_argument(
+        "--references", action="store_true",
+        help="only evaluate the config's reference arms (random floor, walkthrough "
+        "ceiling, afterstate marks: no model, no training; minutes) into --out and print "
+        "their held-out success and return per env; a later full run reuses them",
     )  # fmt: skip
     p.add_argument(
         "--status", action="store_true",

@@ -8,7 +8,8 @@ Example (the shipped ``examples/compare_small.toml`` is a complete one)::
     seeds = [0, 1, 2]                 # or a count: seeds = 3 -> 0, 1, 2
     heldout_episodes = 16             # greedy held-out episodes per run, before and after
     interface_differences = []        # Interface fields arms may change (declared, reported first)
-    references = ["random", "walkthrough"]  # floor / ceiling arms, no model (default: random)
+    references = ["random", "walkthrough"]  # floor / ceiling arms, no model (default: random);
+                                      # "afterstate": reads the menus' outcome marks only
 
     [budget]                          # ONE currency, the same amount for every arm
     currency = "env_steps"            # any rlid.budget counter; wall_time is in seconds

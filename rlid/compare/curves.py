@@ -169,7 +169,11 @@ def plot_currency(
 
 
 # (reference arm, legend label, line style) drawn across the held-out plot
-_REFERENCE_LINES = (("random", "random floor", "--"), ("walkthrough", "walkthrough ceiling", ":"))
+_REFERENCE_LINES = (
+    ("random", "random floor", "--"),
+    ("afterstate", "afterstate marks", "-."),
+    ("walkthrough", "walkthrough ceiling", ":"),
+)
 
 
 def plot_heldout(
@@ -182,8 +186,8 @@ def plot_heldout(
 
     Horizontal bars (one row per arm, so long arm names stay readable however many
     arms there are), a black diamond at the arm's held-out value before training,
-    and the reference arms (``random`` floor, ``walkthrough`` ceiling) as vertical
-    lines where ``references`` has them.
+    and the reference arms (``random`` floor, ``afterstate`` marks, ``walkthrough``
+    ceiling) as vertical lines where ``references`` has them.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

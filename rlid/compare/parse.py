@@ -72,6 +72,11 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
     envs = _envs(data["envs"])
     arms = _arms(data["arms"], interface)
     references = _references(data.get("references", ["random"]))
+    if "afterstate" in references and not interface.afterstates:
+        raise CompareConfigError(
+            "references: 'afterstate' reads the afterstates the menus show, but the "
+            "interface hides them (afterstates = false); drop it or show them"
+        )
     compare = CompareConfig(
         name=name, seeds=seeds, heldout_episodes=episodes, currency=currency, amount=amount,
         interface=interface, interface_differences=declared, defaults=defaults,

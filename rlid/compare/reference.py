@@ -3,11 +3,16 @@
 * ``random`` — uniform over the legal actions at every step (the floor a learner must
   clear; greedy evaluation does not apply to it, it always samples);
 * ``walkthrough`` — the env's own solution (``info["walkthrough"]`` at reset, optimal
-  for the built-in games, TextWorld's walkthrough for its challenges): the ceiling.
+  for the built-in games, TextWorld's walkthrough for its challenges): the ceiling;
+* ``afterstate`` — reads the outcome marks of the menu's afterstates and nothing else
+  (:func:`envs.outcome.best_rows`): a row predicted to win, else one predicted to score the
+  most points, else uniform over the rows not predicted to lose (over all rows when
+  every one loses); ties drawn at random. What a policy that read its menu's marks,
+  one step ahead, would get: how much of the ceiling the menus alone give away.
 
-Both are measured by the same code as the trained arms (``rlid.trainer.evaluate`` on
-the held-out games, the same reset seeds), the random arm once per comparison seed
-(the walkthrough is deterministic: once), so the report can put floor and ceiling
+All are measured by the same code as the trained arms (``rlid.trainer.evaluate`` on
+the held-out games, the same reset seeds), the random and afterstate arms once per
+comparison seed (the walkthrough is deterministic: once), so the report can put floor and ceiling
 next to each arm's before / after.
 
 Example::
@@ -28,10 +33,13 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
+from envs.outcome import best_rows
 from rlid.budget import Budget, Timers
 
-Reference = Literal["random", "walkthrough"]
+Reference = Literal["random", "walkthrough", "afterstate"]
 REFERENCES: tuple[str, ...] = get_args(Reference)
+# references that draw with the rollout's rng: evaluated once per comparison seed
+STOCHASTIC_REFERENCES = frozenset({"random", "afterstate"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,43 @@ class RandomPolicy:
         for info in infos:
             legal = info["legal_actions"]
             out.append(ReferenceAction(legal[int(rng.integers(len(legal)))]))
+        self.budget.decisions += len(out)
+        return out
+
+
+class AfterstatePolicy:
+    """The row whose afterstate predicts the best outcome: a win, else the most points,
+    else any row not predicted to lose (uniform among ties, with the rollout's ``rng``).
+
+    It reads ``info["afterstates"]`` (the text the menus show) through
+    :func:`envs.outcome.best_rows`, so it needs an env that computes afterstates."""
+
+    def __init__(self) -> None:
+        self.budget, self.timers = Budget(), Timers()
+
+    def act(
+        self,
+        observations: list[str],
+        infos: list[dict[str, Any]],
+        memory_texts: list[str | None],
+        *,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+        greedy: bool = False,
+        temperature: float = 1.0,
+    ) -> list[ReferenceAction]:
+        del observations, memory_texts, generator, greedy, temperature
+        out = []
+        for info in infos:
+            legal, afterstates = info["legal_actions"], info.get("afterstates")
+            if afterstates is None:
+                raise ValueError(
+                    "the afterstate reference reads info['afterstates'], but this env "
+                    "computes none (afterstates=False); drop 'afterstate' from the "
+                    "comparison's references"
+                )
+            rows = best_rows(afterstates)
+            out.append(ReferenceAction(legal[rows[int(rng.integers(len(rows)))]]))
         self.budget.decisions += len(out)
         return out
 
@@ -118,13 +163,16 @@ class WalkthroughPolicy:
         return out
 
 
-REFERENCE_POLICIES: dict[str, type[RandomPolicy] | type[WalkthroughPolicy]] = {
+ReferencePolicy = RandomPolicy | WalkthroughPolicy | AfterstatePolicy
+
+REFERENCE_POLICIES: dict[str, type[ReferencePolicy]] = {
     "random": RandomPolicy,
     "walkthrough": WalkthroughPolicy,
+    "afterstate": AfterstatePolicy,
 }
 
 
-def make_reference_policy(name: str) -> RandomPolicy | WalkthroughPolicy:
+def make_reference_policy(name: str) -> ReferencePolicy:
     if name not in REFERENCE_POLICIES:
         raise ValueError(f"unknown reference {name!r}; valid: {', '.join(REFERENCES)}")
     return REFERENCE_POLICIES[name]()
@@ -142,7 +190,8 @@ def evaluate_reference(
     """Held-out stats of a reference policy, from ``rlid.trainer.evaluate``.
 
     The held-out games are those every trained arm is evaluated on; ``seed`` only
-    changes the random arm's draws (the games come from the evaluation reset seeds).
+    changes the random and afterstate arms' draws (the games come from the evaluation
+    reset seeds).
     """
     import envs as envs_pkg
     from rlid.trainer import evaluate

@@ -1,7 +1,7 @@
 """``rlid compare``: arms x environments x seeds under one budget, with a report.
 
-Evaluates the untrained reference arms (random floor, walkthrough ceiling:
-``rlid.compare.reference``) into ``OUT/reference/``, then runs every (arm, env,
+Evaluates the untrained reference arms (random floor, walkthrough ceiling, the
+afterstate-mark reader: ``rlid.compare.reference``) into ``OUT/reference/``, then runs every (arm, env,
 seed) of a comparison config (``rlid.compare.config``) sequentially, each a normal
 run directory ``OUT/runs/ARM-seedN`` trained by ``run_training`` until the shared budget in the chosen currency is spent; then
 evaluates held-out games and writes ``OUT/report.md``, ``OUT/results.json`` and
@@ -137,19 +137,20 @@ def evaluate_references(
 ) -> list[str]:
     """Floor / ceiling arms (``rlid.compare.reference``) on every env's held-out games;
     cheap (no model), done before training so a missing walkthrough fails first.
-    Finished ones are reused. The random arm runs once per seed; the walkthrough is
-    deterministic (the same games, the same commands), so it runs for the first seed.
+    Finished ones are reused. The random and afterstate arms run once per seed (they
+    draw); the walkthrough is deterministic (the same games, the same commands), so it
+    runs for the first seed.
 
     Each one is claimed like a run (``OUT/.claims/reference/ENV-REFERENCE-seedN``), not
     under OUT's lock, so processes sharing ``OUT`` evaluate different ones and go on
     to their runs without waiting (compiling a setting's games can take minutes).
     Returns those another process is evaluating now."""
-    from rlid.compare.reference import evaluate_reference
+    from rlid.compare.reference import STOCHASTIC_REFERENCES, evaluate_reference
 
     elsewhere = []
     for env in compare.envs:
         for reference in compare.references:
-            seeds = compare.seeds if reference == "random" else compare.seeds[:1]
+            seeds = compare.seeds if reference in STOCHASTIC_REFERENCES else compare.seeds[:1]
             mine = 0
             for seed in seeds:
                 path = reference_path(out, env.name, reference, seed)
@@ -172,6 +173,28 @@ def evaluate_references(
             if mine:
                 say(f"reference {reference} on {env.name}: evaluated")
     return elsewhere
+
+
+def run_references(
+    compare: CompareConfig, out: Path, *, say: Callable[[str], None] = print
+) -> dict[str, dict[str, Any]] | None:
+    """Only the reference arms (no model, no training): evaluate those not done yet into
+    ``OUT/reference/`` and return ``{env: summarise_references(...)}``, or ``None`` when
+    another process is still evaluating some (``say`` names them). A later full
+    ``rlid compare`` with the same ``--out`` reuses them."""
+    from rlid.compare.report import summarise_references
+
+    out = Path(out)
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with _shared(out):
+        check_output_dir(out)
+        rundir.write_json(out / "comparison.json", compare.to_dict())
+    elsewhere = evaluate_references(compare, out, say=say)
+    if elsewhere:
+        say("still being evaluated: " + ", ".join(elsewhere))
+        return None
+    return {env.name: summarise_references(compare, out, env.name) for env in compare.envs}
 
 
 def run_comparison(

@@ -185,24 +185,34 @@ def _suite_section(results: dict[str, Any]) -> list[str]:
     """Per env and arm: floor (random) / before / after / ceiling (walkthrough) success."""
     if not any(env.get("references") for env in results["envs"].values()):
         return []
+    marks = any("afterstate" in (env.get("references") or {}) for env in results["envs"].values())
     lines = ["## Held-out success: floor / before / after / ceiling", ""]
     rows = []
     for env_name, env in results["envs"].items():
         floor = _reference_success(env, "random")
         ceiling = _reference_success(env, "walkthrough")
+        extra = [_reference_success(env, "afterstate")] if marks else []
         for arm, s in env["arms"].items():
             before, after = s["heldout"]["before"], s["heldout"]["after"]
             rows.append(
-                [env_name, arm, floor, _iv(before["success"]), _iv(after["success"]), ceiling]
-            )
+                [env_name, arm, floor, _iv(before["success"]), _iv(after["success"])]
+                + extra + [ceiling]
+            )  # fmt: skip
     lines += _table(
-        ["env", "arm", "floor (random)", "before", "after", "ceiling (walkthrough)"], rows
-    )
+        ["env", "arm", "floor (random)", "before", "after"]
+        + (["afterstate marks"] if marks else []) + ["ceiling (walkthrough)"], rows,
+    )  # fmt: skip
     lines.append(
         "Floor and ceiling are untrained reference arms (uniform over legal actions; the "
         "env's walkthrough) measured by the same held-out evaluation; the random one once "
         "per seed, the deterministic walkthrough once."
-    )
+        + (
+            " \"afterstate marks\" is a third, once per seed: the row whose afterstate the "
+            "menu marks as winning, else scoring the most, else any row not marked as losing "
+            "(what reading the menu one step ahead gives)."
+            if marks else ""
+        )
+    )  # fmt: skip
     return lines + [""]
 
 
@@ -378,3 +388,25 @@ def _runs_section(runs: list[dict[str, Any]]) -> list[str]:
     rows = [[f"`{r['dir']}`", r["arm"], str(r["seed"]), str(r["iterations"]),
              _num(r.get("seconds"), 1)] for r in runs]  # fmt: skip
     return lines + _table(["run directory", "arm", "seed", "iterations", "seconds"], rows)
+
+
+def references_table(compare: Any, refs: dict[str, dict[str, Any]]) -> str:
+    """``rlid compare --references``: per env, each reference's held-out success and
+    return (mean over the seeds evaluated, 95% bootstrap interval over seeds)."""
+    header = ["env"] + [f"{r}: success" for r in compare.references]
+    header += [f"{r}: return" for r in compare.references]
+    rows = []
+    for env in compare.envs:
+        got = refs.get(env.name, {})
+        held = [(got.get(r) or {}).get("heldout", {}) for r in compare.references]
+        rows.append(
+            [env.name]
+            + [_iv(h.get("success")) for h in held]
+            + [_iv(h.get("return")) for h in held]
+        )
+    seeds = ", ".join(str(s) for s in compare.seeds)
+    note = (
+        f"{compare.heldout_episodes} held-out episodes per evaluation; the references that "
+        f"draw (random, afterstate) once per seed ({seeds}), the walkthrough once."
+    )
+    return "\n".join(_table(header, rows) + [note])
