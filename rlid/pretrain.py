@@ -110,7 +110,8 @@ class PretrainConfig:
     random_answers: bool = _f(
         True,
         "also train on the random-play choices (false: on their prompts only, so every "
-        "answer the model is trained on is a walkthrough's)",
+        "answer the model is trained on is a walkthrough's, or with --play afterstate one "
+        "the menu's marks chose)",
     )
     answer_weight: float = _f(
         1.0,
@@ -209,7 +210,8 @@ class PretrainConfig:
 @dataclass(frozen=True)
 class Transcript:
     """One training sequence: ``prompt + answer``; ``guided``: the answer is the
-    walkthrough's choice (else a uniformly random one)."""
+    walkthrough's choice, or (``play="afterstate"``) one of the rows a menu with marks
+    marks best (else a uniformly random one)."""
 
     prompt: str
     answer: str
@@ -349,6 +351,7 @@ def _play(
         raise ValueError(f"game seed {seed} reports no walkthrough to follow")
     done = False
     while not done and info["legal_actions"]:
+        chosen = False
         memory_text = memory.render() or None
         legal = info["legal_actions"]
         if len(legal) > len(labels):
@@ -380,17 +383,20 @@ def _play(
                 )
             best = best_rows([r.afterstate or "" for r in menu.rows])
             row = best[int(rng.integers(len(best)))]
+            chosen = len(best) < len(menu.rows)  # the marks chose (else: uniform over all)
         else:
             row = int(rng.integers(len(menu.rows)))
         label, action = menu.rows[row].label, menu.rows[row].action
         prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
         target = render_decision_target(label, action)
-        texts.append(Transcript(prompt, target, bool(guide), entry, label))
+        texts.append(Transcript(prompt, target, bool(guide) or chosen, entry, label))
         token_prompt = render_token_prompt(
             obs, info, interface, tokenizer, memory_text,
             legal_actions=legal if interface.show_legal_to_token_plane else None,
         )  # fmt: skip
-        texts.append(Transcript(token_prompt, command_completion(action), bool(guide), entry))
+        texts.append(
+            Transcript(token_prompt, command_completion(action), bool(guide) or chosen, entry)
+        )
         obs, _, terminated, truncated, info = env.step(action)
         memory.update(obs, action, info)
         done = terminated or truncated
