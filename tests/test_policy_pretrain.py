@@ -598,6 +598,11 @@ def test_afterstate_play_answers_with_the_rows_the_menu_marks_best():
     assert all(ok for ok, _ in guided)  # every answer is a best-marked row ...
     marked = [ok for ok, some in uniform if some]  # ... where random play often is not
     assert sum(some for _, some in guided) >= 8 and 0 < np.mean(marked) < 0.6
+    # without random answers only the answers the marks chose are trained on
+    answered: dict[str, int] = {}
+    config = PretrainConfig(**base, play="afterstate", random_answers=False)
+    pretrain_mod.training_sequences(config, tokenizer, answered=answered)
+    assert sum(answered.values()) == sum(some for _, some in guided)
     assert "play" not in pretrain_mod._same_build(PretrainConfig(**base))  # as before it
     assert pretrain_mod._same_build(PretrainConfig(**base, play="afterstate"))["play"]
     with pytest.raises(ValueError, match="play must be one of"):
