@@ -10,17 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-ARMS = (
-    "decision-ppo-step-position",
-    "decision-ppo-position-mass",
-    "decision-ppo-position",
-    "decision-ppo-spread",
-    "decision-ppo-step",
-    "decision-ppo",
-)  # longest first
+ARMS = sorted(  # the pilot config's arms, longest name first (a run name starts with one)
+    tomllib.loads((Path(__file__).parent / "suite.toml").read_text())["arms"], key=len, reverse=True
+)
 
 
 def split(name: str) -> tuple[str, str, int]:
