@@ -55,6 +55,10 @@ class RandomPolicy:
     def __init__(self) -> None:
         self.budget, self.timers = Budget(), Timers()
 
+    def rows(self, info: dict[str, Any]) -> list[int]:
+        """The rows (indices into ``info["legal_actions"]``) it draws from uniformly."""
+        return list(range(len(info["legal_actions"])))
+
     def act(
         self,
         observations: list[str],
@@ -69,47 +73,27 @@ class RandomPolicy:
         del observations, memory_texts, generator, greedy, temperature
         out = []
         for info in infos:
-            legal = info["legal_actions"]
-            out.append(ReferenceAction(legal[int(rng.integers(len(legal)))]))
+            rows = self.rows(info)
+            out.append(ReferenceAction(info["legal_actions"][rows[int(rng.integers(len(rows)))]]))
         self.budget.decisions += len(out)
         return out
 
 
-class AfterstatePolicy:
+class AfterstatePolicy(RandomPolicy):
     """The row whose afterstate predicts the best outcome: a win, else the most points,
     else any row not predicted to lose (uniform among ties, with the rollout's ``rng``).
 
     It reads ``info["afterstates"]`` (the text the menus show) through
     :func:`envs.outcome.best_rows`, so it needs an env that computes afterstates."""
 
-    def __init__(self) -> None:
-        self.budget, self.timers = Budget(), Timers()
-
-    def act(
-        self,
-        observations: list[str],
-        infos: list[dict[str, Any]],
-        memory_texts: list[str | None],
-        *,
-        rng: np.random.Generator,
-        generator: torch.Generator,
-        greedy: bool = False,
-        temperature: float = 1.0,
-    ) -> list[ReferenceAction]:
-        del observations, memory_texts, generator, greedy, temperature
-        out = []
-        for info in infos:
-            legal, afterstates = info["legal_actions"], info.get("afterstates")
-            if afterstates is None:
-                raise ValueError(
-                    "the afterstate reference reads info['afterstates'], but this env "
-                    "computes none (afterstates=False); drop 'afterstate' from the "
-                    "comparison's references"
-                )
-            rows = best_rows(afterstates)
-            out.append(ReferenceAction(legal[rows[int(rng.integers(len(rows)))]]))
-        self.budget.decisions += len(out)
-        return out
+    def rows(self, info: dict[str, Any]) -> list[int]:
+        if info.get("afterstates") is None:
+            raise ValueError(
+                "the afterstate reference reads info['afterstates'], but this env "
+                "computes none (afterstates=False); drop 'afterstate' from the "
+                "comparison's references"
+            )
+        return best_rows(info["afterstates"])
 
 
 class WalkthroughPolicy:
