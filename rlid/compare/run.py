@@ -188,8 +188,7 @@ def run_references(
     check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     with _shared(out):
-        check_output_dir(out)
-        rundir.write_json(out / "comparison.json", compare.to_dict())
+        _prepare(compare, [], out, say=say)  # no run to check: the checks and comparison.json
     elsewhere = evaluate_references(compare, out, say=say)
     if elsewhere:
         say("still being evaluated: " + ", ".join(elsewhere))

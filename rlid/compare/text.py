@@ -404,9 +404,12 @@ def references_table(compare: Any, refs: dict[str, dict[str, Any]]) -> str:
             + [_iv(h.get("success")) for h in held]
             + [_iv(h.get("return")) for h in held]
         )
+    from rlid.compare.reference import STOCHASTIC_REFERENCES
+
     seeds = ", ".join(str(s) for s in compare.seeds)
-    note = (
-        f"{compare.heldout_episodes} held-out episodes per evaluation; the references that "
-        f"draw (random, afterstate) once per seed ({seeds}), the walkthrough once."
-    )
+    drawn = [r for r in compare.references if r in STOCHASTIC_REFERENCES]
+    fixed = [r for r in compare.references if r not in STOCHASTIC_REFERENCES]
+    note = f"{compare.heldout_episodes} held-out episodes per evaluation"
+    note += f"; {', '.join(drawn)} once per seed ({seeds})" if drawn else ""
+    note += f"; {', '.join(fixed)} once (deterministic)." if fixed else "."
     return "\n".join(_table(header, rows) + [note])
