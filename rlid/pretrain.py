@@ -295,7 +295,7 @@ def transcripts(
             env_id, split="train", max_episode_steps=config.max_episode_steps, **pool, **options
         )
         episodes = range(config.episodes_per_env)
-        bar = tqdm(episodes, desc=f"corpus: random play, {entry}", disable=not progress)
+        bar = tqdm(episodes, desc=f"corpus: {config.play} play, {entry}", disable=not progress)
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
             texts += _play(
