@@ -933,11 +933,16 @@ def test_a_second_sigterm_to_a_two_process_comparison_kills_every_process_at_onc
 
     from rlid.runs.stop import REPEAT_AFTER
 
-    # iterations of about 8 s with two processes here: three times the repeat window
+    # iterations of about 8 s with two processes here (28 s on a busy machine): more than
+    # the settling second and the repeat window
     slow = {"groups_per_iter": 8, "group_size": 8, "epochs": 4, "minibatch_size": 4}
     proc, _, _, run_dir = _two_process_comparison(
         tmp_path, defaults=slow, budget={"currency": "env_steps", "amount": 100_000}
     )
+    # iteration 1's row is written just before the ranks agree whether to stop: a signal
+    # in that gap stops after iteration 1 (as it should), leaving nothing for this test
+    # to interrupt; on a busy machine the gap was wide enough to hit, so wait past it
+    time.sleep(1.0)
     try:
         proc.send_signal(signal.SIGTERM)
         time.sleep(REPEAT_AFTER + 0.2)
