@@ -214,9 +214,12 @@ def save_policy_model(
     to ``path``, so a reader never sees a half-written model. An existing
     ``path`` is first renamed aside and removed after the swap (between those
     two renames ``path`` briefly does not exist: a concurrent ``"tiny"`` load
-    then falls back to a fresh model and says so).
+    then falls back to a fresh model and says so). A symbolic link ``path`` stays: the
+    model is written where it points (returned), created if it does not exist yet.
     """
     path = Path(path)
+    if path.is_symlink():  # write where the link points (also a dangling one), keeping it
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
     tmp.mkdir()  # not mkdtemp: that would leave the final directory private (0700)

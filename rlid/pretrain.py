@@ -792,6 +792,8 @@ def pretrain(
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
     target = Path(out) if out is not None else tiny_cache_dir()
+    if target.exists() and not target.is_dir():  # refused now, not after the build
+        raise ValueError(f"{target} is a file, not a model directory: choose another output")
     work = work_dir(target)
     lock = RunLock(work, "rlid pretrain").acquire(create=True)
     finished = False

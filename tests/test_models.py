@@ -178,6 +178,32 @@ def test_default_recipe_uses_the_plain_cache_dir(cache_dir, monkeypatch):
     assert tiny_cache_dir() == cache_dir / "models" / "tiny-warm"
 
 
+def test_saving_through_a_symbolic_link_writes_where_it_points(tmp_path, tok):
+    # a link to a directory not made yet (an --out kept on another disk): before, the
+    # final rename failed ("Not a directory") after the whole build
+    model = build_tiny_model(tok, seed=3)
+    link = tmp_path / "runs" / "start"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path / "elsewhere" / "start")
+    assert save_policy_model(model, tok, link) == tmp_path / "elsewhere" / "start"
+    assert link.is_symlink() and (link / "config.json").is_file()
+    save_policy_model(model, tok, link)  # and again, over the model it now points to
+    assert link.is_symlink() and sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == [
+        "start"
+    ]
+    assert [p.name for p in link.parent.iterdir()] == ["start"]  # no temp dirs left
+
+
+def test_pretrain_refuses_a_file_as_its_output_before_building(tmp_path):
+    from rlid.pretrain import PretrainConfig, pretrain
+
+    out = tmp_path / "model"
+    out.write_text("not a directory")
+    with pytest.raises(ValueError, match="is a file, not a model directory"):
+        pretrain(PretrainConfig(steps=1), out=out, progress=False)
+    assert out.read_text() == "not a directory" and list(tmp_path.iterdir()) == [out]
+
+
 def test_save_then_load_round_trips(cache_dir, tok):
     model = build_tiny_model(tok, seed=3)
     ids = torch.tensor([encode(tok, TYPICAL_PROMPT)])
