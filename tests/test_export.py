@@ -103,6 +103,16 @@ def test_agent_plays_like_the_batched_policy(tmp_path):
     assert ret == policy_stats["return"]  # memory kept as in rollouts
 
 
+def test_export_writes_through_a_symbolic_link(tmp_path):
+    # a link to a directory not made yet: before, the final rename failed ("Not a directory")
+    _train(tmp_path / "run")
+    link = tmp_path / "agent"
+    link.symlink_to(tmp_path / "elsewhere" / "agent")
+    assert export_mod.export_run(tmp_path / "run", link) == tmp_path / "elsewhere" / "agent"
+    assert link.is_symlink() and (link / "interface.json").is_file()
+    assert export_mod.load_agent(link).policy is not None
+
+
 def test_lora_export_records_base_and_merges(tmp_path):
     pytest.importorskip("peft")
     config = _train(tmp_path / "run", lora_rank=2, lora_targets="q_proj,v_proj")

@@ -20,6 +20,7 @@ must then exist where it was. ``--merge-lora`` folds the adapters into the weigh
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -43,6 +44,8 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
     run, out = Path(run), Path(out)
+    if out.is_symlink():  # export where the link points (also a dangling one), keeping it
+        out = Path(os.path.realpath(out))
     # Read-only, as `rlid eval`: no lock, so a running training can be exported alongside.
     config, _ = read_run_config(run)
     ckpt = run / rundir.CHECKPOINT
