@@ -29,9 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import sys
-import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,25 +215,13 @@ def save_policy_model(
     then falls back to a fresh model and says so). A symbolic link ``path`` stays: the
     model is written where it points (returned), created if it does not exist yet.
     """
-    path = Path(path)
-    if path.is_symlink():  # write where the link points (also a dangling one), keeping it
-        path = Path(os.path.realpath(path))
+    from rlid.runs.files import resolve_link, staged_dir
+
+    path = resolve_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
-    tmp.mkdir()  # not mkdtemp: that would leave the final directory private (0700)
-    try:
+    with staged_dir(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

@@ -45,8 +45,6 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -581,33 +579,25 @@ def _corpus_digest(seqs: list[tuple[list[int], list[float]]]) -> str:
     return digest.hexdigest()
 
 
-@contextmanager
-def _staged_state(work: Path, prefix: str, stem: str, obj: Any) -> Iterator[Path]:
-    """``obj`` saved (safetensors + JSON, the umask's permissions) as ``stem`` in a new
-    temp dir under ``work``, for the caller to rename into place; removed if that fails."""
+def _publish_state(
+    final: Path, prefix: str, stem: str, obj: Any, *, aside: Path | None = None
+) -> None:
+    """``obj`` saved (safetensors + JSON, the umask's permissions) as ``final/stem``, the
+    directory renamed into place (see :func:`rlid.runs.files.staged_dir`)."""
     from rlid.runs.dir import apply_umask
-    from rlid.runs.files import make_temp_dir
+    from rlid.runs.files import staged_dir
     from rlid.runs.state import save_state
 
-    tmp = make_temp_dir(work, prefix)
-    try:
+    with staged_dir(final, prefix=prefix, aside=aside) as tmp:
         save_state(tmp / stem, obj)
         apply_umask(tmp)
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _save_progress(work: Path, state: dict[str, Any]) -> None:
     """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
-    with _staged_state(work, ".progress.", "state", state) as tmp:
-        final, old = (work / name for name in _PROGRESS_DIRS)
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+    final, old = (work / name for name in _PROGRESS_DIRS)
+    _publish_state(final, ".progress.", "state", state, aside=old)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _save_corpus(
@@ -629,9 +619,7 @@ def _save_corpus(
         "answers": answers,
         "extra": extra,
     }
-    with _staged_state(work, ".corpus.", "corpus", corpus) as tmp:
-        shutil.rmtree(work / "corpus", ignore_errors=True)  # one of a discarded build
-        os.replace(tmp, work / "corpus")
+    _publish_state(work / "corpus", ".corpus.", "corpus", corpus)  # replaces a discarded one
 
 
 def _load_corpus(

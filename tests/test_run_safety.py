@@ -523,6 +523,44 @@ def test_run_files_follow_the_umask(finished_run):
         assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
 
 
+def test_a_staged_directory_replaces_the_old_one_only_when_complete(tmp_path):
+    from rlid.runs.files import staged_dir
+
+    final = tmp_path / "model"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_dir(final) as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp left
+    assert [p.name for p in final.iterdir()] == ["old.txt"]  # untouched
+    old_mask = os.umask(0o027)
+    try:
+        with staged_dir(final) as tmp:
+            (tmp / "new.txt").write_text("new")
+    finally:
+        os.umask(old_mask)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the old one removed
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert final.stat().st_mode & 0o777 == 0o750  # the umask's, not mkdtemp's 0700
+    aside = tmp_path / ".model.previous"
+    aside.mkdir()
+    (aside / "stale.txt").write_text("stale")
+    with staged_dir(final, aside=aside) as tmp:
+        (tmp / "newer.txt").write_text("newer")
+    assert [p.name for p in aside.iterdir()] == ["new.txt"]  # kept for the caller
+    assert [p.name for p in final.iterdir()] == ["newer.txt"]
+
+
+def test_a_link_resolves_to_where_it_points_even_when_dangling(tmp_path):
+    from rlid.runs.files import resolve_link
+
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "elsewhere" / "out")
+    assert resolve_link(link) == Path(os.path.realpath(tmp_path)) / "elsewhere" / "out"
+    assert resolve_link(tmp_path / "plain") == tmp_path / "plain"
+
+
 def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, monkeypatch):
     real_update = trainer_mod.ppo_update
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.runs.files import append_line, atomic_write_text, make_temp_dir, umask
+from rlid.runs.files import append_line, atomic_write_text, staged_dir, umask
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
@@ -146,8 +146,8 @@ def save_checkpoint(
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
-    tmp = make_temp_dir(run_dir, ".checkpoint.")
-    try:
+    old = run_dir / f".checkpoint.old.{os.getpid()}"  # found by recover_checkpoint_dir
+    with staged_dir(final, prefix=".checkpoint.", aside=old) as tmp:
         given = {"state_dict": model_state} if model_state is not None else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")
@@ -164,16 +164,8 @@ def save_checkpoint(
         )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
         apply_umask(tmp)  # some writers (safetensors) create private 0600 files
-        old = None
-        if final.exists():
-            old = run_dir / f".checkpoint.old.{os.getpid()}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old is not None:
-            _retire_checkpoint(run_dir, old, keep)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    if old.exists():
+        _retire_checkpoint(run_dir, old, keep)
     return final
 
 

@@ -20,9 +20,6 @@ must then exist where it was. ``--merge-lora`` folds the adapters into the weigh
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ import torch
 from envs import gym_id
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
+from rlid.runs.files import resolve_link, staged_dir
 
 FORMAT = "rlid-agent"
 FORMAT_VERSION = 1
@@ -43,9 +41,7 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     from rlid.planes import get_plane
     from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 
-    run, out = Path(run), Path(out)
-    if out.is_symlink():  # export where the link points (also a dangling one), keeping it
-        out = Path(os.path.realpath(out))
+    run, out = Path(run), resolve_link(out)  # a link: export where it points
     # Read-only, as `rlid eval`: no lock, so a running training can be exported alongside.
     config, _ = read_run_config(run)
     ckpt = run / rundir.CHECKPOINT
@@ -68,9 +64,7 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     labels = getattr(policy, "labels", None)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
-    tmp.mkdir()
-    try:
+    with staged_dir(out) as tmp:  # an empty `out` is replaced
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         interface = {
@@ -93,12 +87,6 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
         rundir.atomic_write_text(
             tmp / "README.md", model_card(config, evals, rundir.read_metrics(run), interface)
         )
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -1,4 +1,4 @@
-"""Atomic file writes: a temp file in the same directory, fsynced, then ``os.replace``.
+"""Atomic writes: a temp file (or directory) in the same directory, then ``os.replace``.
 
 A reader (or a run killed mid-write) sees either the old file or the new one,
 never half of either. Files and directories get the permissions the umask gives
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,49 @@ def make_temp_dir(parent: Path, prefix: str) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
     os.chmod(tmp, 0o777 & ~umask())
     return tmp
+
+
+def resolve_link(path: str | os.PathLike[str]) -> Path:
+    """``path``, or where it points if it is a symbolic link (also a dangling one).
+
+    A directory published "at" a link is written where the link points and the link
+    kept: a directory cannot be renamed over a link.
+    """
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+@contextmanager
+def staged_dir(
+    final: Path, *, prefix: str | None = None, aside: Path | None = None
+) -> Iterator[Path]:
+    """A new directory to fill, which then takes ``final``'s place by renames.
+
+    The directory is made next to ``final`` (same file system, so each rename is
+    atomic), named ``prefix`` + random (default ``.NAME.tmp-``), with the umask's
+    permissions. When the block ends, an existing ``final`` is renamed to ``aside``
+    (an older directory there is removed first) and the new one to ``final``; without
+    ``aside`` the old directory goes to a hidden sibling and is removed, with ``aside``
+    the caller decides what becomes of it. Between the two renames ``final`` does not
+    exist: a reader that must always find one falls back to ``aside``. If the block
+    or a rename fails, the new directory is removed.
+    """
+    final = Path(final)
+    tmp = make_temp_dir(final.parent, prefix or f".{final.name}.tmp-")
+    try:
+        yield tmp
+        old = aside
+        if final.exists():
+            if old is None:
+                old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.old-"))
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if aside is None and old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
