@@ -12,6 +12,7 @@ import io
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,7 +71,7 @@ def staged_dir(
         old = aside
         if final.exists():
             if old is None:
-                old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.old-"))
+                old = final.parent / f".{final.name}.old-{uuid.uuid4().hex}"
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         os.replace(tmp, final)
