@@ -1,6 +1,7 @@
 """Run directories: atomic files, the run log, checkpoints, summaries and evaluation.
 
-* :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``), appends.
+* :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``), appends,
+  directories published by renames (:func:`~rlid.runs.files.staged_dir`).
 * :mod:`rlid.runs.dir`      — the directory layout, JSON, metrics and checkpoint files.
 * :mod:`rlid.runs.state`    — trainer state as safetensors + JSON (never a pickle).
 * :mod:`rlid.runs.lock`     — one writer per directory (``flock``, holder recorded).
