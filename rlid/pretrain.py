@@ -584,13 +584,11 @@ def _publish_state(
 ) -> None:
     """``obj`` saved (safetensors + JSON, the umask's permissions) as ``final/stem``, the
     directory renamed into place (see :func:`rlid.runs.files.staged_dir`)."""
-    from rlid.runs.dir import apply_umask
     from rlid.runs.files import staged_dir
     from rlid.runs.state import save_state
 
     with staged_dir(final, prefix=prefix, aside=aside) as tmp:
         save_state(tmp / stem, obj)
-        apply_umask(tmp)
 
 
 def _save_progress(work: Path, state: dict[str, Any]) -> None:

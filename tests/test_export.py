@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,10 @@ def test_export_writes_through_a_symbolic_link(tmp_path):
     assert export_mod.export_run(tmp_path / "run", link) == tmp_path / "elsewhere" / "agent"
     assert link.is_symlink() and (link / "interface.json").is_file()
     assert export_mod.load_agent(link).policy is not None
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in link.iterdir():  # shareable: safetensors alone writes its file 0600
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path.name
 
 
 def test_lora_export_records_base_and_merges(tmp_path):

@@ -210,6 +210,8 @@ def test_save_then_load_round_trips(cache_dir, tok):
     umask = os.umask(0)
     os.umask(umask)
     assert tiny_cache_dir().stat().st_mode & 0o777 == 0o777 & ~umask  # not a private temp dir
+    for path in tiny_cache_dir().iterdir():  # safetensors alone writes its file 0600
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path.name
 
     warm, warm_tok = load_policy_model("tiny")
     assert warm.rlid_origin == "warm"

@@ -538,11 +538,13 @@ def test_a_staged_directory_replaces_the_old_one_only_when_complete(tmp_path):
     try:
         with staged_dir(final) as tmp:
             (tmp / "new.txt").write_text("new")
+            os.chmod(tmp / "new.txt", 0o600)  # as safetensors writes its files
     finally:
         os.umask(old_mask)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the old one removed
     assert [p.name for p in final.iterdir()] == ["new.txt"]
     assert final.stat().st_mode & 0o777 == 0o750  # the umask's, not mkdtemp's 0700
+    assert (final / "new.txt").stat().st_mode & 0o777 == 0o640
     aside = tmp_path / ".model.previous"
     aside.mkdir()
     (aside / "stale.txt").write_text("stale")

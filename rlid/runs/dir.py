@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.runs.files import append_line, atomic_write_text, staged_dir, umask
+from rlid.runs.files import append_line, atomic_write_text, staged_dir
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
@@ -163,7 +163,6 @@ def save_checkpoint(
             {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
         (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
-        apply_umask(tmp)  # some writers (safetensors) create private 0600 files
     if old.exists():
         _retire_checkpoint(run_dir, old, keep)
     return final
@@ -185,13 +184,6 @@ def _retire_checkpoint(run_dir: Path, old: Path, keep: int) -> None:
     )
     for stale in kept[: max(len(kept) - (keep - 1), 0)]:
         shutil.rmtree(stale, ignore_errors=True)
-
-
-def apply_umask(root: Path) -> None:
-    """Give ``root`` and everything under it umask permissions (safetensors writes 0600)."""
-    mask = umask()
-    for path in [root, *root.rglob("*")]:
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def recover_checkpoint_dir(run_dir: Path) -> Path | None:

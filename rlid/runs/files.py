@@ -39,6 +39,13 @@ def make_temp_dir(parent: Path, prefix: str) -> Path:
     return tmp
 
 
+def apply_umask(root: Path) -> None:
+    """Give ``root`` and everything under it umask permissions (safetensors writes 0600)."""
+    mask = umask()
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def resolve_link(path: str | os.PathLike[str]) -> Path:
     """``path``, or where it points if it is a symbolic link (also a dangling one).
 
@@ -57,7 +64,8 @@ def staged_dir(
 
     The directory is made next to ``final`` (same file system, so each rename is
     atomic), named ``prefix`` + random (default ``.NAME.tmp-``), with the umask's
-    permissions. When the block ends, an existing ``final`` is renamed to ``aside``
+    permissions, as everything in it gets (some writers, safetensors among them, make
+    private 0600 files). When the block ends, an existing ``final`` is renamed to ``aside``
     (an older directory there is removed first) and the new one to ``final``; without
     ``aside`` the old directory goes to a hidden sibling and is removed, with ``aside``
     the caller decides what becomes of it. Between the two renames ``final`` does not
@@ -68,6 +76,7 @@ def staged_dir(
     tmp = make_temp_dir(final.parent, prefix or f".{final.name}.tmp-")
     try:
         yield tmp
+        apply_umask(tmp)
         old = aside
         if final.exists():
             if old is None:
