@@ -45,6 +45,7 @@ from transformers import (
 )
 
 from envs.paths import cache_root
+from rlid.runs.files import resolve_link, staged_dir
 from rlid.tokenizer import TINY_MAX_LENGTH, build_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -215,10 +216,7 @@ def save_policy_model(
     then falls back to a fresh model and says so). A symbolic link ``path`` stays: the
     model is written where it points (returned), created if it does not exist yet.
     """
-    from rlid.runs.files import resolve_link, staged_dir
-
     path = resolve_link(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with staged_dir(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

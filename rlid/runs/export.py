@@ -63,7 +63,6 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     policy = get_plane(config.plane).make_policy(config, model, tokenizer)
     labels = getattr(policy, "labels", None)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     with staged_dir(out) as tmp:  # an empty `out` is replaced
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -62,7 +62,7 @@ def staged_dir(
 ) -> Iterator[Path]:
     """A new directory to fill, which then takes ``final``'s place by renames.
 
-    The directory is made next to ``final`` (same file system, so each rename is
+    The directory is made next to ``final`` (its parent made if need be; same file system, so each rename is
     atomic), named ``prefix`` + random (default ``.NAME.tmp-``), with the umask's
     permissions, as everything in it gets (some writers, safetensors among them, make
     private 0600 files). When the block ends, an existing ``final`` is renamed to ``aside``
@@ -73,6 +73,7 @@ def staged_dir(
     or a rename fails, the new directory is removed.
     """
     final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(final.parent, prefix or f".{final.name}.tmp-")
     try:
         yield tmp
