@@ -209,12 +209,13 @@ def save_policy_model(
 ) -> Path:
     """Write ``model`` and ``tokenizer`` to the directory ``path`` atomically; return the path.
 
-    Everything is written to a temporary sibling directory which is then renamed
-    to ``path``, so a reader never sees a half-written model. An existing
-    ``path`` is first renamed aside and removed after the swap (between those
-    two renames ``path`` briefly does not exist: a concurrent ``"tiny"`` load
-    then falls back to a fresh model and says so). A symbolic link ``path`` stays: the
-    model is written where it points (returned), created if it does not exist yet.
+    Everything is written to a temporary sibling directory, synced to disk, which then
+    takes ``path``'s place (:func:`rlid.runs.files.staged_dir`), so a reader never sees a
+    half-written model. An existing ``path`` is swapped out in one atomic step where the
+    OS can (Linux); elsewhere it is renamed aside first and, between those two renames,
+    briefly does not exist (a concurrent ``"tiny"`` load then falls back to a fresh
+    model and says so). A symbolic link ``path`` stays: the model is written where it
+    points (returned), created if it does not exist yet.
     """
     path = resolve_link(path)
     with staged_dir(path) as tmp:

@@ -554,6 +554,107 @@ def test_a_staged_directory_replaces_the_old_one_only_when_complete(tmp_path):
     assert [p.name for p in final.iterdir()] == ["newer.txt"]
 
 
+@pytest.mark.parametrize("swap", [True, False], ids=["exchange", "two-renames"])
+def test_a_staged_directory_behaves_the_same_with_or_without_the_atomic_swap(
+    tmp_path, monkeypatch, swap
+):
+    from rlid.runs import files
+
+    if swap and not _can_exchange(tmp_path):
+        pytest.skip("this OS or file system cannot swap two paths atomically")
+    if not swap:
+        monkeypatch.setattr(files, "exchange_paths", lambda a, b: False)
+    final, aside = tmp_path / "ckpt", tmp_path / ".ckpt.old"
+    for i in range(3):
+        with files.staged_dir(final, aside=aside if i == 2 else None) as tmp:
+            (tmp / f"v{i}.txt").write_text(str(i))
+    assert [p.name for p in final.iterdir()] == ["v2.txt"]
+    assert [p.name for p in aside.iterdir()] == ["v1.txt"]  # kept for the caller
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ckpt.old", "ckpt"]  # no temp
+
+
+def test_a_staged_directory_is_on_disk_before_it_is_published(tmp_path, monkeypatch):
+    """A power cut after the rename must not leave empty files: every file and
+    directory is fsynced before the swap, and the parent's entries after it."""
+    from rlid.runs.files import staged_dir
+
+    final = tmp_path / "ckpt"
+    opened: dict[int, str] = {}
+    synced: list[tuple[str, bool]] = []  # (path, was final published then)
+    real_open, real_fsync = os.open, os.fsync
+
+    def open_(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        opened[fd] = os.fspath(path)
+        return fd
+
+    def fsync(fd):
+        synced.append((opened.get(fd, "?"), final.exists()))
+        return real_fsync(fd)
+
+    with staged_dir(final) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "weights.bin").write_bytes(b"w" * 100)
+        (tmp / "state.json").write_text("{}")
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "fsync", fsync)
+    before = {
+        Path(p).relative_to(tmp)
+        for p, published in synced
+        if not published and p.startswith(str(tmp))
+    }
+    assert before == {Path("."), Path("sub"), Path("sub/weights.bin"), Path("state.json")}
+    assert (str(tmp_path), True) in synced  # the parent, after the swap
+
+
+def _can_exchange(where: Path) -> bool:
+    from rlid.runs.files import exchange_paths
+
+    a, b = where / ".probe-a", where / ".probe-b"
+    a.mkdir()
+    b.mkdir()
+    (a / "in-a").touch()
+    try:
+        ok = exchange_paths(a, b)
+        assert not ok or [p.name for p in b.iterdir()] == ["in-a"]
+        return ok
+    finally:
+        shutil.rmtree(a)
+        shutil.rmtree(b)
+
+
+def test_a_reader_always_finds_a_staged_directory_where_the_os_can_swap(tmp_path):
+    """Replacing a warm start or checkpoint while another process loads it: with the
+    atomic swap the path never goes missing (with two renames it does, for an instant)."""
+    import threading
+
+    from rlid.runs.files import staged_dir
+
+    if not _can_exchange(tmp_path):
+        pytest.skip("this OS or file system cannot swap two paths atomically")
+    final = tmp_path / "model"
+    with staged_dir(final) as tmp:
+        (tmp / "config.json").write_text("{}")
+    missing, done = [], threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            if not (final / "config.json").exists():
+                missing.append(1)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(300):
+            with staged_dir(final) as tmp:
+                (tmp / "config.json").write_text("{}")
+    finally:
+        done.set()
+        reader.join()
+    assert not missing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 def test_a_link_resolves_to_where_it_points_even_when_dangling(tmp_path):
     from rlid.runs.files import resolve_link
 

@@ -8,6 +8,8 @@ so a run directory shared with other people stays readable by them.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import io
 import os
 import shutil
@@ -60,17 +62,22 @@ def resolve_link(path: str | os.PathLike[str]) -> Path:
 def staged_dir(
     final: Path, *, prefix: str | None = None, aside: Path | None = None
 ) -> Iterator[Path]:
-    """A new directory to fill, which then takes ``final``'s place by renames.
+    """A new directory to fill, which then takes ``final``'s place.
 
-    The directory is made next to ``final`` (its parent made if need be; same file system, so each rename is
-    atomic), named ``prefix`` + random (default ``.NAME.tmp-``), with the umask's
-    permissions, as everything in it gets (some writers, safetensors among them, make
-    private 0600 files). When the block ends, an existing ``final`` is renamed to ``aside``
-    (an older directory there is removed first) and the new one to ``final``; without
-    ``aside`` the old directory goes to a hidden sibling and is removed, with ``aside``
-    the caller decides what becomes of it. Between the two renames ``final`` does not
-    exist: a reader that must always find one falls back to ``aside``. If the block
-    or a rename fails, the new directory is removed.
+    The directory is made next to ``final`` (its parent made if need be; same file
+    system, so each rename is atomic), named ``prefix`` + random (default
+    ``.NAME.tmp-``), with the umask's permissions, as everything in it gets (some
+    writers, safetensors among them, make private 0600 files). When the block ends the
+    new directory takes ``final``'s place and the old one goes to ``aside`` (an older
+    directory there is removed first); without ``aside`` the old one is removed, with
+    ``aside`` the caller decides what becomes of it. If the block or a rename fails,
+    the new directory is removed and ``final`` is untouched.
+
+    Where the OS can swap two paths in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``; most local file systems) ``final`` always exists: a reader finds
+    the old directory or the new one. Elsewhere the old one is renamed aside first and
+    ``final`` is missing between the two renames: a reader that must always find one
+    falls back to ``aside``.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +85,16 @@ def staged_dir(
     try:
         yield tmp
         apply_umask(tmp)
+        fsync_tree(tmp)  # on disk before it is published: a power cut leaves old or new
+        if final.exists() and not final.is_symlink() and exchange_paths(tmp, final):
+            # the swap left the old directory at the temp name
+            if aside is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(tmp, aside)
+            fsync_dir(final.parent)
+            return
         old = aside
         if final.exists():
             if old is None:
@@ -85,11 +102,81 @@ def staged_dir(
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         os.replace(tmp, final)
+        fsync_dir(final.parent)
         if aside is None and old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (renames into it) durable; a no-op where directories
+    cannot be opened (Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then every directory (deepest first)."""
+    dirs = [root]
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            dirs.append(path)
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for path in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
+        fsync_dir(path)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+_renameat2: Any = None
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step; False where the OS cannot.
+
+    Linux >= 3.15 with glibc >= 2.28, on file systems that support it (ext4, xfs,
+    btrfs, tmpfs, overlayfs, ...). Any other failure (a path missing, permissions)
+    raises ``OSError`` as a rename would.
+    """
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+            _renameat2.argtypes = [
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_uint,
+            ]
+            _renameat2.restype = ctypes.c_int
+        except (AttributeError, OSError, TypeError):
+            _renameat2 = False
+    if _renameat2 is False:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False  # the kernel or this file system cannot swap
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -103,6 +190,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
