@@ -66,6 +66,7 @@ from menus.prompt import (
     render_token_prompt,
 )
 from menus.tokens import encode
+from rlid.runs.files import remove_leftovers
 from rlid.runs.lock import RunLock
 from rlid.runs.pin import weights_hash
 from rlid.runs.software import software_record
@@ -811,6 +812,8 @@ def _pretrain_locked(
     if restart:
         for name in (*_PROGRESS_DIRS, "corpus"):
             shutil.rmtree(work / name, ignore_errors=True)
+    remove_leftovers(work, ".progress.", keep=(_PROGRESS_DIRS[1],))  # a build killed mid-save
+    remove_leftovers(work, ".corpus.")
     saved = _load_progress(work)
     if saved is not None:
         _check_settings(saved, config, work)  # fail before building the corpus

@@ -655,6 +655,54 @@ def test_a_reader_always_finds_a_staged_directory_where_the_os_can_swap(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+@pytest.mark.parametrize("checkpoint_left", [True, False], ids=["after-swap", "between-renames"])
+def test_resume_removes_what_a_save_killed_mid_write_left(finished_run, tmp_path, checkpoint_left):
+    """kill -9 or a power cut mid-save leaves a staging directory (a real model's is
+    gigabytes); resuming, with the run's lock held, recovers the checkpoint and removes
+    the rest."""
+    run = copy_run(finished_run, tmp_path)
+    kept = snapshot(run / "checkpoint")
+    staging = run / ".checkpoint.k9x2ab"
+    shutil.copytree(run / "checkpoint", staging)  # a save killed before its swap
+    (staging / "model" / "model.safetensors").write_bytes(b"half")
+    old = run / ".checkpoint.old.4242"
+    if checkpoint_left:  # killed after the swap, before the old one was retired
+        shutil.copytree(run / "checkpoint", old)
+    else:  # killed between the two renames: only the old one is left
+        os.replace(run / "checkpoint", old)
+    log = RunLog.open(run, None, resume=True)
+    log.close()
+    assert log.resuming
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".checkpoint")) == []
+    assert snapshot(run / "checkpoint") == kept
+
+
+def test_a_pretraining_build_removes_what_a_save_killed_mid_write_left(tmp_path, monkeypatch):
+    from rlid import pretrain as pretrain_mod
+
+    out = tmp_path / "start"
+    work = pretrain_mod.work_dir(out)
+    work.mkdir(parents=True)
+    for name in (".progress.k9x2ab", ".corpus.k9x2ab"):
+        (work / name).mkdir()
+        (work / name / "state.json").write_text("{half")
+    seen = []
+    real_save = pretrain_mod._save_progress
+
+    def save(work_: Path, state) -> None:
+        seen.append(sorted(p.name for p in work_.glob(".*k9x2ab")))
+        real_save(work_, state)
+
+    monkeypatch.setattr(pretrain_mod, "_save_progress", save)
+    config = pretrain_mod.PretrainConfig(
+        envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=2, batch_size=4,
+        threads=1,
+    )  # fmt: skip
+    pretrain_mod.pretrain(config, out=out, progress=False, checkpoint_every=1)
+    assert seen and seen[0] == []  # gone before the build's first save
+    assert (out / "config.json").is_file()
+
+
 def test_a_link_resolves_to_where_it_points_even_when_dangling(tmp_path):
     from rlid.runs.files import resolve_link
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.runs.files import append_line, atomic_write_text, staged_dir
+from rlid.runs.files import append_line, atomic_write_text, remove_leftovers, staged_dir
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
@@ -186,18 +186,23 @@ def _retire_checkpoint(run_dir: Path, old: Path, keep: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def recover_checkpoint_dir(run_dir: Path) -> Path | None:
-    """The checkpoint dir, recovering from a kill between the two renames of a save."""
+def recover_checkpoint_dir(run_dir: Path, *, tidy: bool = False) -> Path | None:
+    """The checkpoint dir, recovering from a kill between the two renames of a save.
+
+    ``tidy`` (only while holding the run's lock): then remove what a save killed
+    mid-write left (``.checkpoint.*`` staging and replaced directories; a real model's
+    are gigabytes each).
+    """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
-    if (final / "state.json").exists():
-        return final
-    olds = sorted(run_dir.glob(".checkpoint.old.*"))
-    for old in olds:
-        if (old / "state.json").exists():
-            os.replace(old, final)
-            return final
-    return None
+    if not (final / "state.json").exists():
+        for old in sorted(run_dir.glob(".checkpoint.old.*")):
+            if (old / "state.json").exists():
+                os.replace(old, final)
+                break
+    if tidy:
+        remove_leftovers(run_dir, ".checkpoint.")
+    return final if (final / "state.json").exists() else None
 
 
 def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str, Any]:

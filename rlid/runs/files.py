@@ -110,6 +110,19 @@ def staged_dir(
         raise
 
 
+def remove_leftovers(parent: Path, prefix: str, *, keep: tuple[str, ...] = ()) -> list[Path]:
+    """Remove what writers killed mid-write (kill -9, OOM, power) left in ``parent``:
+    staging directories named ``prefix`` + anything, except the names in ``keep``.
+    Call it only while holding the lock of whatever writes there. Returns the removed."""
+    removed = []
+    for path in sorted(Path(parent).glob(f"{prefix}*")):
+        if path.name in keep or path.is_symlink() or not path.is_dir():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (renames into it) durable; a no-op where directories
     cannot be opened (Windows)."""

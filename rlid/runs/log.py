@@ -186,7 +186,7 @@ class RunLog:
     @classmethod
     def _open_resume(cls, path: Path, lock: RunLock) -> RunLog:
         saved, raw = read_run_config(path)  # again, now that no one else can write
-        ckpt = rundir.recover_checkpoint_dir(path)
+        ckpt = rundir.recover_checkpoint_dir(path, tidy=True)  # the lock is held
         if ckpt is None:
             _refuse_restart_without_checkpoint(path, saved)
         else:
