@@ -656,10 +656,15 @@ def test_a_reader_always_finds_a_staged_directory_where_the_os_can_swap(tmp_path
 
 
 @pytest.mark.parametrize("checkpoint_left", [True, False], ids=["after-swap", "between-renames"])
-def test_resume_removes_what_a_save_killed_mid_write_left(finished_run, tmp_path, checkpoint_left):
+def test_resume_removes_what_a_save_killed_mid_write_left(
+    finished_run, tmp_path, monkeypatch, checkpoint_left
+):
     """kill -9 or a power cut mid-save leaves a staging directory (a real model's is
     gigabytes); resuming, with the run's lock held, recovers the checkpoint and removes
     the rest."""
+    import rlid.runs.log as runlog
+
+    monkeypatch.setattr(runlog, "check_pin", lambda *a: None)  # another test rebuilds "tiny"
     run = copy_run(finished_run, tmp_path)
     kept = snapshot(run / "checkpoint")
     staging = run / ".checkpoint.k9x2ab"

@@ -14,6 +14,8 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
+from rlid.compare.stats import bootstrap_mean
+
 ARMS = sorted(  # the pilot config's arms, longest name first (a run name starts with one)
     tomllib.loads((Path(__file__).parent / "suite.toml").read_text())["arms"], key=len, reverse=True
 )
@@ -58,7 +60,7 @@ def main(root: Path) -> None:
                 steps=last["budget"]["optimizer_steps"],
             )
         )
-    print("| setting | arm | before | after (mean; seeds) | held-out return before -> after "
+    print("| setting | arm | before | after (mean [95% interval]; seeds) | held-out return before -> after "
           "| training success (mean over iterations) | last position_bias | last label mass "
           "| last row entropy | shared_states (mean) | optimizer steps |")  # fmt: skip
     print("|" + "---|" * 11)
@@ -66,8 +68,10 @@ def main(root: Path) -> None:
         runs.sort(key=lambda r: r["seed"])
         mean = functools.partial(_mean, runs)
         seeds = ", ".join(f"{r['after']:.2f}" for r in runs)
+        ci = bootstrap_mean([r["after"] for r in runs])  # 95% percentile bootstrap over seeds
         print(
-            f"| {setting} | {arm} | {mean('before'):.2f} | {mean('after'):.2f} ({seeds}) "
+            f"| {setting} | {arm} | {mean('before'):.2f} | {mean('after'):.2f} "
+            f"[{ci.low:.2f}, {ci.high:.2f}] ({seeds}) "
             f"| {mean('ret_before'):.2f} -> {mean('ret_after'):.2f} | {mean('train_success'):.2f} "
             f"| {mean('position_bias'):.2f} | {mean('label_mass'):.2f} | {mean('entropy'):.2f} "
             f"| {mean('shared'):.2f} | {', '.join(str(r['steps']) for r in runs)} |"
