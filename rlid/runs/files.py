@@ -70,8 +70,8 @@ def staged_dir(
     writers, safetensors among them, make private 0600 files). When the block ends the
     new directory takes ``final``'s place and the old one goes to ``aside`` (an older
     directory there is removed first); without ``aside`` the old one is removed, with
-    ``aside`` the caller decides what becomes of it. If the block or a rename fails,
-    the new directory is removed and ``final`` is untouched.
+    ``aside`` the caller decides what becomes of it. If the block or a rename fails
+    before the new directory is published, it is removed and ``final`` is untouched.
 
     Where the OS can swap two paths in one step (Linux ``renameat2`` with
     ``RENAME_EXCHANGE``; most local file systems) ``final`` always exists: a reader finds
@@ -82,12 +82,13 @@ def staged_dir(
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(final.parent, prefix or f".{final.name}.tmp-")
+    swapped = False
     try:
         yield tmp
         apply_umask(tmp)
         fsync_tree(tmp)  # on disk before it is published: a power cut leaves old or new
         if final.exists() and not final.is_symlink() and exchange_paths(tmp, final):
-            # the swap left the old directory at the temp name
+            swapped = True  # published; the old directory is now at the temp name
             if aside is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
@@ -106,7 +107,8 @@ def staged_dir(
         if aside is None and old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not swapped:  # else tmp holds the old directory: a resume removes it
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
