@@ -66,7 +66,7 @@ from menus.prompt import (
     render_token_prompt,
 )
 from menus.tokens import encode
-from rlid.runs.files import remove_leftovers
+from rlid.runs.files import remove_leftovers, staged_dir
 from rlid.runs.lock import RunLock
 from rlid.runs.pin import weights_hash
 from rlid.runs.software import software_record
@@ -585,7 +585,6 @@ def _publish_state(
 ) -> None:
     """``obj`` saved (safetensors + JSON, the umask's permissions) as ``final/stem``, the
     directory renamed into place (see :func:`rlid.runs.files.staged_dir`)."""
-    from rlid.runs.files import staged_dir
     from rlid.runs.state import save_state
 
     with staged_dir(final, prefix=prefix, aside=aside) as tmp:
