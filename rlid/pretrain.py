@@ -526,6 +526,8 @@ CHECKPOINT_EVERY = 200
 """Default steps between two saves of an unfinished build (``checkpoint_every``)."""
 
 _PROGRESS_DIRS = ("progress", ".progress.old")  # the checkpoint, and the one it replaces
+# where a save of each is staged; what a killed save left under them is removed on resume
+_PROGRESS_STAGING, _CORPUS_STAGING = ".progress.", ".corpus."
 
 
 def work_dir(out: Path) -> Path:
@@ -594,7 +596,7 @@ def _publish_state(
 def _save_progress(work: Path, state: dict[str, Any]) -> None:
     """Write ``work/progress`` atomically (a temp dir renamed over the old one)."""
     final, old = (work / name for name in _PROGRESS_DIRS)
-    _publish_state(final, ".progress.", "state", state, aside=old)
+    _publish_state(final, _PROGRESS_STAGING, "state", state, aside=old)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -617,7 +619,7 @@ def _save_corpus(
         "answers": answers,
         "extra": extra,
     }
-    _publish_state(work / "corpus", ".corpus.", "corpus", corpus)  # replaces a discarded one
+    _publish_state(work / "corpus", _CORPUS_STAGING, "corpus", corpus)  # replaces a discarded one
 
 
 def _load_corpus(
@@ -811,8 +813,8 @@ def _pretrain_locked(
     if restart:
         for name in (*_PROGRESS_DIRS, "corpus"):
             shutil.rmtree(work / name, ignore_errors=True)
-    remove_leftovers(work, ".progress.", keep=(_PROGRESS_DIRS[1],))  # a build killed mid-save
-    remove_leftovers(work, ".corpus.")
+    remove_leftovers(work, _PROGRESS_STAGING, keep=(_PROGRESS_DIRS[1],))  # a build killed mid-save
+    remove_leftovers(work, _CORPUS_STAGING)
     saved = _load_progress(work)
     if saved is not None:
         _check_settings(saved, config, work)  # fail before building the corpus

@@ -250,6 +250,7 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
         "runs/all12-1000",
         "runs/tiny-answers",
         "runs/tiny-guided",
+        "runs/tiny-marked300",
         "tiny",
     ]
 

@@ -37,6 +37,7 @@ from rlid.runs.state import load_state, materialize, save_state
 
 CHECKPOINT = "checkpoint"
 TRAINER_STATE = "trainer_state"  # .safetensors (tensors) + .json (the rest)
+_STAGING = ".checkpoint."  # a save is staged under it; a resume removes what a killed one left
 
 
 def _jsonable(value: Any) -> Any:
@@ -146,8 +147,8 @@ def save_checkpoint(
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
-    old = run_dir / f".checkpoint.old.{os.getpid()}"  # found by recover_checkpoint_dir
-    with staged_dir(final, prefix=".checkpoint.", aside=old) as tmp:
+    old = run_dir / f"{_STAGING}old.{os.getpid()}"  # found by recover_checkpoint_dir
+    with staged_dir(final, prefix=_STAGING, aside=old) as tmp:
         given = {"state_dict": model_state} if model_state is not None else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")
@@ -196,12 +197,12 @@ def recover_checkpoint_dir(run_dir: Path, *, tidy: bool = False) -> Path | None:
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
     if not (final / "state.json").exists():
-        for old in sorted(run_dir.glob(".checkpoint.old.*")):
+        for old in sorted(run_dir.glob(f"{_STAGING}old.*")):
             if (old / "state.json").exists():
                 os.replace(old, final)
                 break
     if tidy:
-        remove_leftovers(run_dir, ".checkpoint.")
+        remove_leftovers(run_dir, _STAGING)
     return final if (final / "state.json").exists() else None
 
 
