@@ -602,6 +602,41 @@ def test_nproc_is_checked_against_the_global_groups():
     assert "nproc" not in one.to_dict()["arms"][0]  # older comparison.json files stay equal
 
 
+def test_a_missing_start_is_refused_before_training_with_its_arms_build_command(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)  # the model path is relative: read from the current directory
+    build = "rlid pretrain --envs keydoor\n   --steps 3 --out runs/mine"
+    arms = {"mine": {"plane": "decision", "options": {"model": "runs/mine"}, "build": build}}
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(tiny_comparison(arms=arms)))
+    assert cli_main(["compare", "--config", str(path), "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    # the command, its whitespace made one line, and no training started
+    assert "its model directory 'runs/mine' does not exist" in err
+    assert (
+        "Build it first, from the current directory: rlid pretrain --envs keydoor --steps 3 "
+        "--out runs/mine; or leave the arm out with --arms" in err
+    )
+    assert not list(tmp_path.glob("out/runs/*/metrics.jsonl"))
+    # without a build command the generic advice stays
+    del arms["mine"]["build"]
+    path.write_text(to_toml(tiny_comparison(arms=arms)))
+    assert cli_main(["compare", "--config", str(path), "--out", str(tmp_path / "out2")]) != 0
+    assert "Build or copy it first" in capsys.readouterr().err
+    # a build that is not a string is a config error naming its key
+    arms["mine"]["build"] = 3
+    with pytest.raises(CompareConfigError, match=r"arms.mine.build: 3 is not a command"):
+        parse_compare_config(tiny_comparison(arms=arms))
+    # it is not part of what a run trains: the planned config is the same with or without
+    arms["mine"]["build"] = build
+    with_build = parse_compare_config(tiny_comparison(arms=arms))
+    del arms["mine"]["build"]
+    without = parse_compare_config(tiny_comparison(arms=arms))
+    assert with_build.runs()[0].config == without.runs()[0].config
+    assert with_build.to_dict() == without.to_dict()
+
+
 def test_a_run_another_process_trains_is_left_to_it_and_the_last_one_reports(tmp_path, hold_lock):
     compare = parse_compare_config(tiny_comparison())
     first, second = [r.name for r in compare.runs()]

@@ -33,6 +33,8 @@ Example (the shipped ``examples/compare_small.toml`` is a complete one)::
     algorithm = "ppo"                 # ppo (decision, scoring) or a token loss (grpo, dapo, ...)
     options = { lr = 3e-4 }           # TrainConfig overrides of this arm
     # interface = { ... }             # arm-level Interface changes: must be declared above
+    # build = "rlid pretrain ..."     # the command that builds options.model (shown when
+                                      # that directory is missing)
 
 What the comparison fixes for every run (and so may not appear in ``defaults`` or
 ``options``): plane, algo, env, env_options, steps, budget_currency, seed,
@@ -97,6 +99,7 @@ class Arm:
     options: dict[str, Any]
     interface: Interface
     nproc: int = 1  # processes per run (torchrun; the budget and groups are global)
+    build: str = ""  # the command that builds its starting model (shown while it is missing)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class RunSpec:
     name: str
     config: TrainConfig
     nproc: int = 1
+    build: str = ""  # its arm's command that builds the starting model
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,9 @@ class CompareConfig:
                 for arm in self.arms:
                     config = build_train_config(self, arm, env, seed)
                     name = self.run_name(arm.name, env.name, seed)
-                    out.append(RunSpec(arm.name, env.name, seed, name, config, arm.nproc))
+                    out.append(
+                        RunSpec(arm.name, env.name, seed, name, config, arm.nproc, arm.build)
+                    )
         return out
 
     def to_dict(self) -> dict[str, Any]:

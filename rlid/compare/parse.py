@@ -39,7 +39,7 @@ TOP_KEYS = (
     "envs",
     "arms",
 )
-ARM_KEYS = ("plane", "algorithm", "options", "interface", "nproc")
+ARM_KEYS = ("plane", "algorithm", "options", "interface", "nproc", "build")
 ENV_KEYS = ("name", "id", "options", "train", "heldout")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -273,7 +273,13 @@ def _arms(value: Any, shared: Interface) -> tuple[Arm, ...]:
             raise CompareConfigError(
                 f"{where}.nproc: {nproc!r} is not a number of processes (an integer >= 1)"
             )
-        out.append(Arm(name, plane, algorithm, options, interface, nproc))
+        build = table.get("build", "")
+        if not isinstance(build, str):
+            raise CompareConfigError(
+                f"{where}.build: {build!r} is not a command; give the command that builds "
+                'the arm\'s model as a string, e.g. build = "rlid pretrain ... --out runs/mine"'
+            )
+        out.append(Arm(name, plane, algorithm, options, interface, nproc, " ".join(build.split())))
     return tuple(out)
 
 

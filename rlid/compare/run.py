@@ -102,10 +102,14 @@ def check_model_available(run: RunSpec) -> None:
     model = run.config.model
     if model in (TINY_NAME, TINY_RANDOM_NAME) or Path(model).expanduser().is_dir():
         return
+    how = (
+        f"Build it first, from the current directory: {run.build}"
+        if run.build
+        else "Build or copy it first (a warm start of your own: `rlid pretrain ... --out DIR`)"
+    )
     raise FileNotFoundError(
         f"{run.name}: its model directory {model!r} does not exist (relative paths are read "
-        "from the current directory). Build or copy it first (a warm start of your own: "
-        "`rlid pretrain ... --out DIR`), or leave the arm out with --arms"
+        f"from the current directory). {how}; or leave the arm out with --arms"
     )
 
 
