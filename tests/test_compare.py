@@ -785,10 +785,17 @@ def test_status_names_a_missing_model_that_keeps_runs_from_starting(tmp_path):
     text = format_status(rows, compare.currency)
     assert "new (no model)" in text and "1 of them cannot start yet" in text
     assert str(warm) in text.splitlines()[-1]
+    # with the arm's build command, a last line says how to build it
+    data["arms"]["decision"]["build"] = f"rlid pretrain --out {warm}"
+    built_by = parse_compare_config(data)
+    text = format_status(comparison_status(built_by, out), compare.currency)
+    assert text.splitlines()[-1] == f"build {warm} with: rlid pretrain --out {warm}"
+    assert "cannot start yet" in text.splitlines()[-2]
     warm.mkdir()  # built: nothing missing, no extra line
-    rows = comparison_status(compare, out)
+    rows = comparison_status(built_by, out)
     assert [r["missing_model"] for r in rows] == ["", ""]
-    assert "cannot start" not in format_status(rows, compare.currency)
+    text = format_status(rows, compare.currency)
+    assert "cannot start" not in text and "build" not in text
 
 
 def test_two_compare_processes_on_one_out_share_its_runs_and_match_one(tmp_path, untimed):

@@ -83,6 +83,7 @@ def comparison_status(compare: CompareConfig, out: Path) -> list[dict[str, Any]]
                 "seconds": float(ledger.get(run.name, {}).get("seconds", 0.0)),
                 "left_s": left_s,
                 "missing_model": missing_model,
+                "build": run.build if missing_model else "",
             }
         )
     return rows
@@ -125,6 +126,8 @@ def format_status(rows: list[dict[str, Any]], currency: str) -> str:
             f"{waiting} of them cannot start yet: their model directory does not exist "
             f"({', '.join(missing)}; relative paths are read from the current directory)"
         )
+        builds = {r["missing_model"]: r.get("build", "") for r in rows if r["missing_model"]}
+        lines += [f"build {model} with: {cmd}" for model, cmd in sorted(builds.items()) if cmd]
     return "\n".join(lines)
 
 
