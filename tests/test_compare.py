@@ -1075,6 +1075,21 @@ def test_eval_of_a_model_on_a_setting_is_that_comparisons_before_row(tmp_path, c
     assert {k: printed[k] for k in before} == before
     assert cli_main([*argv, "--arm", "decision", "--episodes", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 1
+    # without --model: the arm's own start (here tiny), so the same "before" row
+    assert cli_main(["eval", "--config", str(path), "--setting", "keydoor", "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert {k: own[k] for k in before} == before
+    # an arm whose start is not built yet: its build command, or --model
+    built = tmp_path / "b.toml"
+    arms = {"mine": {"plane": "decision", "options": {"model": str(tmp_path / "nope")},
+                     "build": "rlid pretrain --out nope"}}  # fmt: skip
+    built.write_text(to_toml({**data, "arms": arms}))
+    assert cli_main(["eval", "--config", str(built), "--setting", "keydoor"]) == 2
+    err = capsys.readouterr().err
+    assert "Build it first, from the current directory: rlid pretrain --out nope" in err
+    assert "or evaluate another with --model M" in err and "--arms" not in err
+    assert cli_main(["eval"]) == 2
+    assert "give --run DIR" in capsys.readouterr().err
 
     # mistakes are one line each, naming what there is
     def error(*args: str) -> str:

@@ -66,8 +66,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
     from rlid.runs.evaluate import evaluate_model, evaluate_run
 
-    if (args.run is None) == (args.model is None):
+    if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
+    if args.run is None and args.model is None and args.setting is None:
+        raise ValueError(
+            "give --run DIR (a trained run), --model M (a model as it is), or a comparison's "
+            "--config CMP.toml --setting NAME [--arm NAME] (its arm's own start)"
+        )
     common = dict(split=args.split, greedy=not args.sample, seed=args.seed,
                   walkthrough=args.walkthrough, episodes_out=args.episodes_out)  # fmt: skip
     if args.run is not None:
@@ -122,10 +127,10 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
 
 
 def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
-    """``rlid eval --model M --config CMP.toml --setting S [--arm A]``: the config the
+    """``rlid eval [--model M] --config CMP.toml --setting S [--arm A]``: the config the
     comparison trains arm ``A`` on setting ``S`` with (its interface, options, step
-    limit and evaluation), with ``M`` as the model: the "before" number that
-    ``rlid compare`` would report for ``M`` there. ``A`` defaults to the file's first
+    limit and evaluation), with ``M`` as the model (default: the arm's own start): the
+    "before" number that ``rlid compare`` would report for ``M`` there. ``A`` defaults to the file's first
     arm of ``--plane`` (default decision); episodes default to its held-out count."""
     from dataclasses import replace
 
@@ -152,8 +157,13 @@ def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     arm, env = compare.arms[0], compare.envs[0]
     if args.plane is not None and arm.plane != args.plane:
         raise ValueError(f"arm {arm.name} is of the {arm.plane} plane, not {args.plane}")
-    # the arm's own start model is replaced: it need not exist to evaluate another one
-    arm = replace(arm, options={**arm.options, "model": args.model})
+    if args.model is not None:
+        # the arm's own start model is replaced: it need not exist to evaluate another one
+        arm = replace(arm, options={**arm.options, "model": args.model})
+    else:  # the arm's own start, as its runs begin: it must exist (else its build command)
+        from rlid.compare.run import check_model_available
+
+        check_model_available(compare.runs()[0], instead="evaluate another with --model M")
     # the setting's training options, as the trainer's own "before" evaluation uses
     config: TrainConfig = build_train_config(compare, arm, env, compare.seeds[0])
     episodes = compare.heldout_episodes if args.episodes is None else args.episodes
@@ -207,8 +217,9 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     add_env_option_argument(e, help="env option (repeatable; default: the run's options)")
     e.add_argument("--split", default="heldout", choices=["train", "heldout"], help="game split")
     e.add_argument(
-        "--setting", default=None, help="with --model and a comparison --config (as for "
-        "`rlid compare`): play that setting exactly as the comparison evaluates it",
+        "--setting", default=None, help="with a comparison --config (as for `rlid compare`): "
+        "play that setting exactly as the comparison evaluates it, with --model or else the "
+        "arm's own start",
     )  # fmt: skip
     e.add_argument(
         "--arm", default=None, help="with --setting: the arm whose plane, interface and "

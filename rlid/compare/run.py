@@ -95,8 +95,10 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
         )
 
 
-def check_model_available(run: RunSpec) -> None:
-    """A run still to train needs its starting model now, not hours into the comparison."""
+def check_model_available(run: RunSpec, *, instead: str = "leave the arm out with --arms") -> None:
+    """A run still to train needs its starting model now, not hours into the comparison.
+
+    ``instead``: the other way out the error offers (`rlid eval` offers --model)."""
     from rlid.models import TINY_NAME, TINY_RANDOM_NAME
 
     model = run.config.model
@@ -109,7 +111,7 @@ def check_model_available(run: RunSpec) -> None:
     )
     raise FileNotFoundError(
         f"{run.name}: its model directory {model!r} does not exist (relative paths are read "
-        f"from the current directory). {how}; or leave the arm out with --arms"
+        f"from the current directory). {how}; or {instead}"
     )
 
 
