@@ -365,7 +365,7 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
 
     # Mistakes are one clear line each.
     assert cli_main(["eval", "--episodes", "1"]) == 2
-    assert "either --run DIR" in capsys.readouterr().err
+    assert "give --run DIR (a trained run), --model M" in capsys.readouterr().err
     assert cli_main(["eval", "--run", str(run), "--config", "c.toml"]) == 2
     assert "--config go with --model" in capsys.readouterr().err
     assert cli_main(["eval", "--model", "tiny", "--plane", "nope"]) == 2
