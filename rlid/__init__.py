@@ -12,7 +12,3 @@ import os as _os
 _os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 __version__ = "0.3.0"
-
-from rlid import _moved
-
-_moved.install()  # old flat module paths (rlid.runlog, ...) for one release

@@ -85,15 +85,3 @@ def test_packages_ship_py_typed() -> None:
     for name in PACKAGES:
         assert (ROOT / name / "py.typed").exists()
         assert "py.typed" in data["package-data"][name]
-
-
-def test_a_moved_module_still_imports_from_its_old_path_with_a_warning():
-    import importlib
-    import sys
-
-    import rlid.runs.dir
-
-    sys.modules.pop("rlid.rundir", None)
-    with pytest.warns(DeprecationWarning, match=r"rlid.rundir moved to rlid.runs.dir; .* 0.4"):
-        old = importlib.import_module("rlid.rundir")
-    assert old is rlid.runs.dir

@@ -24,10 +24,9 @@ from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
 from rlid.models import load_policy_model, save_policy_model, tiny_cache_dir
 from rlid.runs import dir as rundir
-from rlid.runs.convert import convert_run
 from rlid.runs.lock import RunLock, RunLockedError, recorded_holder
 from rlid.runs.log import NonFiniteError, RunLog
-from rlid.runs.state import UnsafeStateError, load_state, save_state
+from rlid.runs.state import load_state, save_state
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,26 +120,8 @@ def test_a_malicious_pickle_in_a_run_is_never_loaded(finished_run, tmp_path, cap
     assert "Traceback" not in err
     assert cli_main(["eval", "--run", str(run), "--episodes", "1"]) == 2
     assert "old pickle format" in capsys.readouterr().err
-    with pytest.raises(UnsafeStateError, match="not loaded"):
-        convert_run(run)  # the converter's restricted unpickler refuses it too
     assert not marker.exists()
-    assert (ckpt / "trainer_state.pt").exists()  # nothing was converted
-
-
-def test_an_old_but_plain_trainer_state_converts_and_resumes(finished_run, tmp_path):
-    run = copy_run(finished_run, tmp_path)
-    ckpt = run / "checkpoint"
-    state = rundir.load_trainer_state(ckpt)
-    torch.save(state, ckpt / "trainer_state.pt")  # what rlid 0.1 wrote
-    for name in ("trainer_state.json", "trainer_state.safetensors"):
-        (ckpt / name).unlink()
-    convert_run(run)
-    assert not (ckpt / "trainer_state.pt").exists()
-    again = rundir.load_trainer_state(ckpt)
-    assert again["rng"]["python"] == state["rng"]["python"]
-    assert torch.equal(again["rng"]["torch"], state["rng"]["torch"])
-    assert np.array_equal(again["rng"]["numpy"][1], state["rng"]["numpy"][1])
-    trainer_mod.train(None, run, resume=True, progress=False)
+    assert (ckpt / "trainer_state.pt").exists()  # left as it was
 
 
 def test_state_round_trip_keeps_types(tmp_path):

@@ -9,6 +9,5 @@
 * :mod:`rlid.runs.log`      — :class:`RunLog`: what a trainer reads and writes.
 * :mod:`rlid.runs.summary`  — ``summary.md`` and ``curves.png``.
 * :mod:`rlid.runs.evaluate` — :func:`evaluate_run`: play a run's checkpoint.
-* :mod:`rlid.runs.convert`  — convert an old pickle checkpoint without running code.
 * :mod:`rlid.runs.stop`     — SIGTERM / Ctrl-C: checkpoint the iteration, then stop.
 """

@@ -181,36 +181,7 @@ def legacy_message(ckpt: Path) -> str:
     run_dir = Path(ckpt).parent
     return (
         f"{Path(ckpt) / LEGACY_NAME} is in the old pickle format, which can run arbitrary "
-        "code when loaded, so rlid does not load it. If you trust where this run came from, "
-        f"convert it with `python -m rlid.runs.convert {run_dir}` (it reads only tensors and "
-        "plain data and refuses anything else), or start a new run"
+        "code when loaded, so rlid does not load it (runs of rlid 0.1 wrote it; rlid 0.3's "
+        f"`python -m rlid.runs.convert {run_dir}` converts one without running code); start a "
+        "new run"
     )
-
-
-def convert_legacy_state(ckpt: Path) -> Path:
-    """Rewrite ``ckpt/trainer_state.pt`` as safetensors + JSON without running code.
-
-    ``torch.load(weights_only=True)`` with numpy's array types allow-listed: a pickle
-    that asks for anything else (e.g. ``os.system``) is refused by torch's restricted
-    unpickler before it can run. Returns the new stem; the old file is removed.
-    """
-    ckpt = Path(ckpt)
-    legacy = ckpt / LEGACY_NAME
-    if not legacy.is_file():
-        raise FileNotFoundError(f"{legacy} does not exist; nothing to convert")
-    core = getattr(np, "_core", None) or np.core
-    allowed: list[Any] = [np.ndarray, np.dtype, core.multiarray._reconstruct]
-    allowed += [type(np.dtype(t)) for t in ("uint32", "int64", "float64", "float32")]
-    try:
-        with torch.serialization.safe_globals(allowed):
-            obj = torch.load(legacy, weights_only=True, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 -- any refusal of the restricted unpickler
-        raise UnsafeStateError(
-            f"{legacy} holds more than tensors and plain data, so it was not loaded "
-            f"(torch's restricted unpickler said: {str(err).splitlines()[0]}); retrain the run"
-        ) from None
-    stem = ckpt / "trainer_state"
-    save_state(stem, obj)
-    load_state(stem)  # read back before the original goes
-    legacy.unlink()
-    return stem
