@@ -48,10 +48,10 @@ from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
 from rlid.names import ScoreNorm
+from rlid.optim import chunks
 from rlid.policy import (
     Decision,
     ValueHead,
-    chunks,
     decision_temperatures,
     draw_rows,
     drawn_numbers,

@@ -36,7 +36,8 @@ from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
-from rlid.policy import chunks, fit_to_context
+from rlid.optim import chunks
+from rlid.policy import fit_to_context
 from rlid.readout import context_limit
 
 

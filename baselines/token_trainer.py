@@ -35,7 +35,6 @@ AdamW. Evaluation samples greedily from the trainer's own model (not the engine)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -57,31 +56,28 @@ from baselines.losses import (
 from baselines.token_policy import Generation, TokenPolicy
 from rlid import distributed as dist_
 from rlid.advantages import episode_return
-from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
-from rlid.hardware import Stepper, train_mode_without_dropout
-from rlid.lora import load_run_model
-from rlid.names import AdvantageScale
-from rlid.policy import chunks
-from rlid.ppo import minibatches
-from rlid.rollout import Episode
-from rlid.runs.log import RunLog
-from rlid.runs.stop import StopSignals
-from rlid.trainer import (
+from rlid.hardware import train_mode_without_dropout
+from rlid.loop import (
+    HeldOut,
+    RunContext,
+    TrainState,
     begin_run,
     close_envs,
-    end_iteration,
-    finish_run,
-    gathered_episode_stats,
-    iteration_rngs,
     make_envs,
-    make_reset_seeds,
     open_run,
     play_groups,
     reference_model,
+    run_iterations,
     setup_hardware,
 )
+from rlid.lora import load_run_model
+from rlid.names import AdvantageScale
+from rlid.optim import Stepper, chunks, minibatches
+from rlid.rollout import Episode, gathered_episode_stats
+from rlid.runs.log import RunLog
+from rlid.seeds import make_reset_seeds
 
 
 @dataclass
@@ -148,31 +144,21 @@ def outcomes_vary(grouped: list[list[Episode]]) -> Tensor:
     return nonzero_variance_groups(returns) | nonzero_variance_groups(won)
 
 
-def rollout(
-    policy: TokenPolicy,
-    env_list: list,
-    config: TrainConfig,
-    iteration: int,
-    *,
-    budget: Budget,
-    timers: Timers,
-    world: World = dist_.SINGLE,
-) -> TokenRollout:
+def rollout(ctx: RunContext, policy: TokenPolicy, env_list: Any, iteration: int) -> TokenRollout:
     """Play the iteration's groups; with DAPO drop zero-variance groups and play more.
 
     Each rank plays its share of the groups (``play_groups``); the kept count that
     ends DAPO's re-sampling is the global one, so every rank plays the same rounds.
     """
+    config, world = ctx.config, ctx.world
     dynamic = config.algo == "dapo"
     generated: list[Episode] = []
     kept: list[Episode] = []
     rounds = 0
     for round_ in range(config.max_gen_batches if dynamic else 1):
-        seeds, groups = round_reset_seeds(config, iteration, round_)
         episodes = play_groups(
-            env_list, policy, seeds, groups, config=config, iteration=iteration, world=world,
-            round_=round_, budget=budget, timers=timers,
-        )  # fmt: skip
+            ctx, env_list, policy, iteration, round_reset_seeds(config, iteration, round_), round_
+        )
         generated += episodes
         rounds += 1
         if not dynamic:
@@ -184,7 +170,7 @@ def rollout(
                 if informative:
                     kept += group
                 else:
-                    budget.filtered_samples += sum(e.length for e in group)
+                    ctx.budget.filtered_samples += sum(e.length for e in group)
         if dist_.all_sum([len(kept)], world)[0] >= config.episodes_per_iter:
             break
     return TokenRollout(generated=generated, kept=kept, rounds=rounds)
@@ -247,23 +233,41 @@ def _reduce(metric_rows: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+@dataclass
+class TokenBatch:
+    """One iteration's completions as the token update reads them.
+
+    Attributes:
+        completions: this process's completions (its kept groups, in order).
+        advantages: (N,) the episode's group advantage, per completion.
+        owner: (N_global,) maps the global completion list (all ranks, groups in order)
+            to indices into ``completions`` (-1: held by another rank).
+        filler: any completion this rank generated, scored with weight 0 by a filler
+            micro-step when the rank holds none (None: it generated none).
+    """
+
+    completions: list[Generation]
+    advantages: Tensor
+    owner: np.ndarray
+    filler: Generation | None = None
+
+
+@dataclass(frozen=True)
+class Rescoring:
+    """How the trainer re-scores completions: the tokenizer's pad id and the autocast
+    context around its forwards (mixed precision)."""
+
+    pad_id: int
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+
 def token_update(
+    ctx: RunContext,
     model: torch.nn.Module,
-    completions: list[Generation],
-    advantages: Tensor,
-    *,
-    config: TrainConfig,
-    optimizer: torch.optim.Optimizer,
+    batch: TokenBatch,
+    stepper: Stepper,
     rng: np.random.Generator,
-    pad_id: int,
-    budget: Budget,
-    timers: Timers,
-    scaler: torch.amp.GradScaler | None = None,
-    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    world: World = dist_.SINGLE,
-    owner: np.ndarray | None = None,
-    parallel: dist_.Parallel | None = None,
-    filler: Generation | None = None,
+    rescoring: Rescoring,
 ) -> dict[str, float]:
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
 
@@ -274,19 +278,19 @@ def token_update(
     whose advantages are all zero are skipped: the k3 KL alone would get a full-size
     AdamW step. Metrics are micro-batch means weighted by their share of sequences.
 
-    Several processes: ``owner`` maps the global completion list (all ranks, groups in
-    order) to indices into ``completions`` (-1: held by another rank). Minibatches are
+    Several processes: ``batch.owner`` maps the global completion list to this rank's
+    completions. Minibatches are
     drawn over the global list, the normaliser is the global minibatch's (all ranks'
     tokens for token-mean) and the gradients are summed over ranks: by ``parallel``'s
     wrapper (``model`` is then its ``train_module``, inside its ``update`` block) or
     by :func:`rlid.distributed.reduce_gradients`. A wrapped model needs matched
     collectives: a rank short of micro-batches runs filler steps (loss times 0) on one
-    of its completions, or on ``filler`` (any completion this rank generated) when it
-    holds none.
+    of its completions, or on ``batch.filler`` when it holds none. ``stepper`` steps
+    the parameters of ``model`` (the wrapped one inside ``ctx.parallel``'s update block).
     """
-    params = [p for p in model.parameters() if p.requires_grad]
-    owner = np.arange(len(completions)) if owner is None else owner
-    parallel = parallel if parallel is not None else dist_.Parallel.unwrapped(world)
+    config, world, budget, timers = ctx.config, ctx.world, ctx.budget, ctx.timers
+    completions, advantages, owner = batch.completions, batch.advantages, batch.owner
+    parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
     held = owner >= 0
     # tokens and advantage signal of every global completion, known on every rank
     lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
@@ -298,7 +302,6 @@ def token_update(
         # Nothing to learn from (every group had equal returns): an AdamW step on a
         # zero gradient would still move the parameters through its momentum.
         return {"skipped_update": 1.0}
-    stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
     micro = config.micro_batch_size or config.minibatch_size
     skipped = 0
     rows: list[dict[str, float]] = []
@@ -319,24 +322,23 @@ def token_update(
                 parts: list[tuple[float, dict[str, float]]] = []
                 for part, context in parallel.micro_plan(chunks(len(idx), micro)):
                     if part is None:  # a filler step: keeps the wrapper's collectives matched
-                        batch = [completions[0] if completions else filler]
+                        stand_in = completions[0] if completions else batch.filler
+                        assert stand_in is not None
                         with context:
                             _token_micro_step(
-                                model, batch, torch.zeros(1), normaliser, config=config,  # type: ignore[arg-type]
-                                pad_id=pad_id, stepper=stepper, budget=budget, timers=timers,
-                                autocast=autocast, weight=0.0,
+                                ctx, model, [stand_in], torch.zeros(1), normaliser,
+                                stepper, rescoring, weight=0.0,
                             )  # fmt: skip
                         continue
                     sub = idx[part]
                     with context:
                         metrics = _token_micro_step(
-                            model, [completions[i] for i in sub], advantages[sub], normaliser,
-                            config=config, pad_id=pad_id, stepper=stepper, budget=budget,
-                            timers=timers, autocast=autocast,
+                            ctx, model, [completions[i] for i in sub], advantages[sub],
+                            normaliser, stepper, rescoring,
                         )  # fmt: skip
                     parts.append((len(sub) / len(chosen), metrics))
                 with timers.time("backward"):
-                    parallel.reduce_rest(params)
+                    parallel.reduce_rest(stepper.params)
                     grad_norm = stepper.step()
                 budget.optimizer_steps += 1
                 everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]
@@ -355,26 +357,28 @@ def token_update(
 
 
 def _token_micro_step(
+    ctx: RunContext,
     model: torch.nn.Module,
     batch: list[Generation],
     advantages: Tensor,
     normaliser: Tensor,
-    *,
-    config: TrainConfig,
-    pad_id: int,
     stepper: Stepper,
-    budget: Budget,
-    timers: Timers,
-    autocast: Callable[[], AbstractContextManager[Any]],
+    rescoring: Rescoring,
     weight: float = 1.0,
 ) -> dict[str, float]:
     """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``
     (``weight=0``: a filler step, a zero loss backpropagated)."""
+    config, budget, timers = ctx.config, ctx.budget, ctx.timers
     prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
     temperature = batch_temperature(batch)
     with timers.time("forward"):
         logp, mask, _ = completion_logprobs(
-            model, prompts, outputs, pad_id, temperature=temperature, autocast=autocast
+            model,
+            prompts,
+            outputs,
+            rescoring.pad_id,
+            temperature=temperature,
+            autocast=rescoring.autocast,
         )  # (B, C) float32 on the model's device
     device, width = logp.device, mask.shape[1]
 
@@ -465,93 +469,73 @@ def train_token(
     config: TrainConfig | None, out: Path, *, resume: bool = False, progress: bool = True
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
-
-    world, log, config = open_run(config, out, resume=resume, plane="token")
-    budget, timers = Budget(), Timers()
+    ctx = open_run(config, out, resume=resume, plane="token")
+    config, world, log = ctx.config, ctx.world, ctx.log
 
     model, tokenizer = load_run_model(config, log)
     model, precision, scaler = setup_hardware(config, model)
     model.eval()  # no dropout: rollouts and updates see the same function
-    pad_id = tokenizer.pad_token_id
+    rescoring = Rescoring(tokenizer.pad_token_id, precision.autocast)
     engine = make_engine(
-        config.rollout_engine, model, pad_id, noise=config.engine_noise, seed=config.seed,
-        autocast=precision.autocast,
+        config.rollout_engine, model, rescoring.pad_id, noise=config.engine_noise,
+        seed=config.seed, autocast=precision.autocast,
     )  # fmt: skip
     policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
-        engine=engine, budget=budget, timers=timers, autocast=precision.autocast,
+        engine=engine, budget=ctx.budget, timers=ctx.timers, autocast=precision.autocast,
         micro_batch_size=config.micro_batch_size,
     )  # fmt: skip
     eval_policy = TokenPolicy(
         model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
-        engine=make_engine("trainer", model, pad_id, autocast=precision.autocast),
+        engine=make_engine("trainer", model, rescoring.pad_id, autocast=precision.autocast),
         autocast=precision.autocast,
     )  # fmt: skip
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
-    eval_envs = make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
+    held_out = HeldOut(
+        eval_policy, make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
+    )
 
-    ref_model = reference_model(config, log, model) if config.beta > 0 else None
+    ref_model = reference_model(ctx, model) if config.beta > 0 else None
     # several processes: the update's model is wrapped (DDP / FSDP2); rollouts use `model`
-    parallel = dist_.Parallel(model, world, config.parallel, precision.device)
+    parallel = ctx.parallel = dist_.Parallel(model, world, config.parallel, precision.device)
     params = list(parallel.params)  # LoRA: adapters only; FSDP2: the sharded parameters
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    iteration = begin_run(
-        log, config, model=model, value_head=None, optimizer=optimizer, budget=budget,
-        eval_policy=eval_policy, eval_envs=eval_envs, world=world, parallel=parallel,
-    )  # fmt: skip
+    state = TrainState(model, tokenizer, optimizer)
 
-    bar = log.progress_bar(config, budget, enabled=progress and world.is_writer)
-    # SIGTERM / Ctrl-C: checkpoint this iteration, then stop (the writer says so)
-    with StopSignals(announce=world.is_writer) as stop:
-        while budget.get(config.budget_currency) < config.steps:
-            iteration += 1
-            t0 = time.perf_counter()
-            spent_before = budget.to_dict()
-            rng, _ = iteration_rngs(config.seed, iteration)
+    def step(iteration: int, rng: np.random.Generator) -> dict[str, Any]:
+        # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
+        result = rollout(ctx, policy, train_envs, iteration)
 
-            # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
-            result = rollout(
-                policy, train_envs, config, iteration, budget=budget, timers=timers, world=world
-            )
-
-            # 2. advantages: the episode's group advantage on every token it generated
-            completions, advantages = token_advantages(result.kept, config)
-            if ref_model is not None:
-                attach_reference_logprobs(
-                    ref_model, completions, pad_id=pad_id,
-                    chunk=config.micro_batch_size or config.minibatch_size,
-                )  # fmt: skip
-
-            # 3. update (minibatches over the global completion list)
-            counts: dict[int, int] = {}
-            for e in result.kept:
-                counts[e.group] = counts.get(e.group, 0) + e.length
-            groups = config.groups_per_iter * config.max_gen_batches
-            owner = dist_.global_index(counts, groups, world)
-            filler = next((g for e in result.generated for g in e.decisions), None)
-            if filler is not None and config.beta > 0:  # scored with weight 0: any reference
-                filler.extra.setdefault("logp_ref", list(filler.logp_old))
-            with parallel.update() as train_model:
-                update = token_update(
-                    train_model, completions, advantages, config=config, optimizer=optimizer,
-                    rng=rng, pad_id=pad_id, budget=budget, timers=timers, scaler=scaler,
-                    autocast=precision.autocast, world=world, owner=owner, parallel=parallel,
-                    filler=filler,
-                )  # fmt: skip
-
-            # 4. logging, evaluation, checkpoint (statistics over all ranks)
-            budget.wall_time += time.perf_counter() - t0
-            dist_.reduce_budget(budget, spent_before, world)
-            stats, _ = gathered_episode_stats(result.generated, world)
-            row = {"iteration": iteration, **stats, **update}
-            row.update(sample_stats(result, config, world))
-            end_iteration(
-                log, row, config=config, iteration=iteration, budget=budget, timers=timers,
-                eval_policy=eval_policy, eval_envs=eval_envs, bar=bar,
-                checkpoint=dict(model=model, tokenizer=tokenizer, value_head=None,
-                                optimizer=optimizer),
-                world=world, parallel=parallel, stop=stop,
+        # 2. advantages: the episode's group advantage on every token it generated
+        completions, advantages = token_advantages(result.kept, config)
+        if ref_model is not None:
+            attach_reference_logprobs(
+                ref_model, completions, pad_id=rescoring.pad_id,
+                chunk=config.micro_batch_size or config.minibatch_size,
             )  # fmt: skip
-    finish_run(log, bar, eval_policy=eval_policy, eval_envs=eval_envs, config=config, world=world)
-    close_envs(train_envs, eval_envs)
+
+        # 3. update (minibatches over the global completion list)
+        counts: dict[int, int] = {}
+        for e in result.kept:
+            counts[e.group] = counts.get(e.group, 0) + e.length
+        groups = config.groups_per_iter * config.max_gen_batches
+        owner = dist_.global_index(counts, groups, world)
+        filler = next((g for e in result.generated for g in e.decisions), None)
+        if filler is not None and config.beta > 0:  # scored with weight 0: any reference
+            filler.extra.setdefault("logp_ref", list(filler.logp_old))
+        batch = TokenBatch(completions, advantages, owner, filler)
+        with parallel.update() as train_model:
+            trainable = [p for p in train_model.parameters() if p.requires_grad]
+            stepper = Stepper(optimizer, trainable, config.max_grad_norm, scaler)
+            update = token_update(ctx, train_model, batch, stepper, rng, rescoring)
+
+        # 4. statistics over all ranks (the loop logs, evaluates and checkpoints)
+        stats, _ = gathered_episode_stats(result.generated, world)
+        row = {"iteration": iteration, **stats, **update}
+        row.update(sample_stats(result, config, world))
+        return row
+
+    start = begin_run(ctx, state, held_out)
+    run_iterations(ctx, step, state=state, held_out=held_out, start=start, progress=progress)
+    close_envs(train_envs, held_out.envs)
     return log

@@ -11,7 +11,10 @@ from collections.abc import Hashable, Sequence
 import torch
 from torch import Tensor
 
+from rlid.config import TrainConfig
 from rlid.names import AdvantageScale
+from rlid.policy import Decision
+from rlid.rollout import Episode
 
 
 def next_values_from(values: Tensor, last_value: Tensor) -> Tensor:
@@ -190,3 +193,90 @@ def group_relative_advantages(
     scale_by = (squares / (counts - 1).clamp(min=1)).sqrt() + eps  # (groups,)
     # a zero std (eps = 0) only occurs where centred is already exactly 0
     return centred / torch.where(scale_by > 0, scale_by, 1.0)[group]
+
+
+def equal_episode_weights(lengths: list[int], group_ids: torch.Tensor) -> torch.Tensor:
+    """(E,) factors mean_g(T) / T_i that give every episode of a group the same weight.
+
+    With every decision of episode i carrying A_i * mean_g(T) / T_i, the episode's
+    decisions together weigh A_i * mean_g(T): a group's advantages sum to zero over its
+    decisions, and the group's total weight (sum of T_i) is unchanged. Groups never
+    span processes, so N processes compute what one does.
+    """
+    length = torch.tensor(lengths, dtype=torch.float32).clamp(min=1)
+    group = torch.unique(group_ids, return_inverse=True)[1]
+    sums = torch.zeros(int(group.max()) + 1).index_add_(0, group, length)
+    counts = torch.zeros_like(sums).index_add_(0, group, torch.ones_like(length))
+    return (sums / counts)[group] / length
+
+
+def step_group_advantages(episodes: list[Episode], config: TrainConfig) -> torch.Tensor:
+    """(N,) step-level group advantages, decision order (GiGPO's anchor-state groups).
+
+    Decisions of one episode group (the same game) taken in the same state
+    (:func:`rlid.rollout.state_key`) form a step group; each decision's discounted
+    return-to-go G_t = sum_k gamma^k r_{t+k} is compared with its step group's, scaled
+    as the episode advantages are (``adv_scale``). A decision whose state no other
+    decision of its group met gets 0. Episode groups never span processes, so N
+    processes compute what one does.
+    """
+    keys: list[tuple[int, str]] = []
+    to_go: list[torch.Tensor] = []
+    for e in episodes:
+        if len(e.states) != e.length:
+            raise ValueError(
+                f"step_group_coef needs the state of every decision: an episode of group "
+                f"{e.group} has {e.length} decisions but {len(e.states)} states"
+            )
+        keys += [(e.group, k) for k in e.states]
+        to_go.append(discounted_returns(torch.tensor(e.rewards, dtype=torch.float32), config.gamma))
+    if not keys:
+        return torch.zeros(0)
+    return group_relative_advantages(torch.cat(to_go), keys, scale=config.adv_scale)
+
+
+def shared_states(episodes: list[Episode]) -> dict[int, list[bool]]:
+    """Per episode (by ``id``), whether each decision's state was met by another decision
+    of its group: the decisions whose step-level group advantage can be non-zero."""
+    seen: dict[tuple[int, str], int] = {}
+    for e in episodes:
+        for key in e.states:
+            seen[(e.group, key)] = seen.get((e.group, key), 0) + 1
+    return {id(e): [seen[(e.group, key)] > 1 for key in e.states] for e in episodes}
+
+
+def compute_advantages(
+    episodes: list[Episode], config: TrainConfig
+) -> tuple[list[Decision], torch.Tensor, torch.Tensor]:
+    """Flatten episodes into decisions with advantages (N,) and value targets (N,)."""
+    decisions = [d for e in episodes for d in e.decisions]
+    if config.advantage == "group":
+        returns = torch.tensor(
+            [episode_return(e.rewards, config.gamma) for e in episodes], dtype=torch.float32
+        )
+        group_ids = torch.tensor([e.group for e in episodes])
+        adv_ep = group_relative_advantages(returns, group_ids, scale=config.adv_scale)
+        if config.resolved_episode_weight == "equal":  # adv_i * mean_g(T) / T_i per episode
+            adv_ep = adv_ep * equal_episode_weights([e.length for e in episodes], group_ids)
+        adv = torch.cat([adv_ep[i].repeat(e.length) for i, e in enumerate(episodes)])
+        if config.step_group_coef > 0:
+            adv = adv + config.step_group_coef * step_group_advantages(episodes, config)
+        returns_per_step = torch.cat([returns[i].repeat(e.length) for i, e in enumerate(episodes)])
+        return decisions, adv, returns_per_step
+    advs: list[torch.Tensor] = []
+    value_targets: list[torch.Tensor] = []
+    for e in episodes:
+        rewards = torch.tensor(e.rewards, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+        values = torch.tensor([d.value for d in e.decisions], dtype=torch.float32).unsqueeze(1)
+        # The final state of an episode is never scored (envs list no legal actions there),
+        # so truncated episodes bootstrap with 0 too: every episode end is terminal here.
+        next_values = next_values_from(values, torch.zeros(1))  # (T, 1)
+        ended = torch.zeros_like(rewards, dtype=torch.bool)
+        ended[-1] = True
+        a, r = gae(
+            rewards, values, next_values, ended, torch.zeros_like(ended),
+            gamma=config.gamma, lam=config.lam,
+        )  # fmt: skip
+        advs.append(a.squeeze(1))
+        value_targets.append(r.squeeze(1))
+    return decisions, torch.cat(advs), torch.cat(value_targets)

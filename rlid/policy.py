@@ -30,6 +30,7 @@ from menus import Interface, LabelSet, Menu, menu_for_step
 from menus.prompt import label_context, render_decision_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
+from rlid.optim import chunks
 from rlid.protocols import CausalLM
 from rlid.readout import (
     context_limit,
@@ -159,12 +160,6 @@ def fit_to_context(
         encoded.append(step)
         used.append(memory)
     return encoded, used
-
-
-def chunks(count: int, size: int | None) -> list[slice]:
-    """[0, count) in consecutive slices of at most ``size`` (None: one slice)."""
-    size = size or max(count, 1)
-    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
 Scores = tuple[torch.Tensor, torch.Tensor, torch.Tensor]

@@ -18,9 +18,9 @@ nor gradients.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -222,25 +222,62 @@ def _check_inputs(
             )
 
 
+@dataclass(frozen=True)
+class PPOCoefs:
+    """The weights of the decision-PPO loss terms (``TrainConfig``'s fields of the same
+    names; :meth:`for_minibatch` zeroes the regularisers of a minibatch without
+    policy-gradient signal, so none of them gets a full-size step alone).
+
+    Attributes:
+        clip_eps: PPO clip ε.
+        ent_coef: weight of the exact entropy bonus.
+        kl_coef: weight of the exact KL(π_θ ‖ π_ref) penalty.
+        position_coef: weight of the position penalty (preference for menu positions).
+        label_mass_coef: weight of −mean log(label mass), which holds the LM's
+            probability on the legal labels.
+    """
+
+    clip_eps: float = 0.2
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0
+    position_coef: float = 0.0
+    label_mass_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("clip_eps", "kl_coef", "position_coef", "label_mass_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"need {name} >= 0, got {getattr(self, name)}")
+
+    @classmethod
+    def for_minibatch(cls, config: Any, signal: bool) -> PPOCoefs:
+        """The config's coefficients; without ``signal`` (all advantages zero: a value
+        head's minibatch) every regulariser is 0."""
+        return cls(
+            clip_eps=config.clip_eps,
+            ent_coef=config.ent_coef if signal else 0.0,
+            kl_coef=config.kl_coef if signal else 0.0,
+            position_coef=config.position_coef if signal else 0.0,
+            label_mass_coef=config.label_mass_coef if signal else 0.0,
+        )
+
+
 def decision_ppo_loss(
     logp_all: Tensor,
     actions: Tensor,
     logp_old: Tensor,
     advantages: Tensor,
     *,
-    clip_eps: float = 0.2,
-    ent_coef: float = 0.0,
-    logp_ref_all: Tensor | None = None,
-    kl_coef: float = 0.0,
-    label_mass: Tensor | None = None,
+    coefs: PPOCoefs = PPOCoefs(),
     normaliser: float | Tensor | None = None,
+    logp_ref_all: Tensor | None = None,
+    label_mass: Tensor | None = None,
     position_direction: Tensor | None = None,
-    position_coef: float = 0.0,
 ) -> tuple[Tensor, Metrics]:
     """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
 
     loss = −mean_b min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b + kl_coef·mean_b KL_b
-           + position_coef·mean_b Σ_k π_b(k) g_b(k)   (g_b: :func:`position_directions`),
+           + position_coef·mean_b Σ_k π_b(k) g_b(k)   (g_b: :func:`position_directions`)
+           − label_mass_coef·mean_b log m_b           (m_b: the label mass),
     r = exp(logp_all[b, a_b] − logp_old[b]).
 
     Args:
@@ -248,13 +285,13 @@ def decision_ppo_loss(
         actions: (B,) long, the chosen row of each menu (must be a valid row).
         logp_old: (B,) log π_old of the chosen row at rollout time.
         advantages: (B,) advantages (normalise them before, if wanted).
-        clip_eps: PPO clip ε.
-        ent_coef: weight of the exact entropy bonus.
+        coefs: the terms' weights (:class:`PPOCoefs`).
         logp_ref_all: (B, K) log π_ref over the same menus; needed when kl_coef > 0,
             and reported as ``kl_ref`` whenever given.
-        kl_coef: weight of the exact KL(π_θ ‖ π_ref) penalty.
         label_mass: (B,) probability mass the full vocabulary puts on the legal
-            labels (1 − leakage); reported as its mean.
+            labels (1 − leakage); reported as its mean; needed when label_mass_coef > 0
+            (the label softmax is blind to a shift of all label logits, so nothing else
+            holds the LM's mass on the labels: leakage grows at high lr).
         normaliser: the denominator of every mean above (None: B). With gradient
             accumulation pass the *minibatch's* decision count (across ranks: the
             global one) to each micro-batch, so the summed micro-batch losses and
@@ -262,25 +299,23 @@ def decision_ppo_loss(
         position_direction: (B, K) g_b of :func:`position_directions` (0 on padded
             rows); needed when position_coef > 0. Its value is
             :func:`position_bias`, reported by the trainer, not here.
-        position_coef: weight of the position penalty (preference for menu positions).
 
     Returns:
         (loss, metrics) with detached 0-d metrics: ``policy_loss``,
         ``clip_frac`` (decisions where the clipped branch is chosen and
         differs), ``approx_kl`` (mean (r−1) − log r, old → new), ``entropy``
         (mean H_b), ``label_marginal_kl_uniform`` (see that function), and
-        ``kl_ref`` / ``label_mass`` when given.
+        ``kl_ref`` / ``label_mass`` when given, ``label_mass_loss`` when weighted.
     """
     _check_inputs(
         logp_all, actions, logp_old, advantages, logp_ref_all, label_mass, position_direction
     )
-    if clip_eps < 0 or kl_coef < 0 or position_coef < 0:
-        raise ValueError(
-            f"need clip_eps, kl_coef, position_coef >= 0, got {clip_eps}, {kl_coef}, {position_coef}"
-        )
+    clip_eps, ent_coef, kl_coef = coefs.clip_eps, coefs.ent_coef, coefs.kl_coef
     if kl_coef > 0 and logp_ref_all is None:
         raise ValueError("kl_coef > 0 needs logp_ref_all (the reference policy over the menus)")
-    if position_coef > 0 and position_direction is None:
+    if coefs.label_mass_coef > 0 and label_mass is None:
+        raise ValueError("label_mass_coef > 0 needs label_mass (the mass on the legal labels)")
+    if coefs.position_coef > 0 and position_direction is None:
         raise ValueError("position_coef > 0 needs position_direction (see position_directions)")
     batch, width = logp_all.shape
     valid = logp_all != -torch.inf  # (B, K)
@@ -314,26 +349,26 @@ def decision_ppo_loss(
         if kl_coef > 0:
             loss = loss + kl_coef * kl_ref
         metrics["kl_ref"] = kl_ref
-    if position_coef > 0 and position_direction is not None:
+    if coefs.position_coef > 0 and position_direction is not None:
         _, _, probs = _menu_probs(logp_all)
-        loss = loss + position_coef * (probs * position_direction.detach()).sum() / n
+        loss = loss + coefs.position_coef * (probs * position_direction.detach()).sum() / n
     if label_mass is not None:
         metrics["label_mass"] = label_mass.sum() / n
+    if coefs.label_mass_coef > 0 and label_mass is not None:
+        mass_loss = -torch.log(label_mass.clamp_min(1e-12)).sum() / n
+        loss = loss + coefs.label_mass_coef * mass_loss
+        metrics["label_mass_loss"] = mass_loss
     return loss, {name: value.detach() for name, value in metrics.items()}
 
 
-def minibatches(order: np.ndarray, size: int) -> list[np.ndarray]:
-    """Split a permutation of the batch into minibatches of ``size`` indices.
+def value_loss(values: Tensor, targets: Tensor, normaliser: float | Tensor) -> Tensor:
+    """½ Σ_b (V(s_b) − target_b)² / normaliser: the value head's regression loss
+    (``advantage="gae"``), divided like every term of :func:`decision_ppo_loss`.
 
-    A tail shorter than half a minibatch joins the previous minibatch instead of
-    getting an optimizer step of its own (N = 65, size 32 -> 32, 33, not 32, 32, 1):
-    Adam would give a 1-decision estimate a full-size step. A tail of at least half
-    a minibatch stays a minibatch.
+    values, targets: (B,) float32 -> 0-d.
     """
-    if size < 1:
-        raise ValueError(f"minibatch size must be >= 1, got {size}")
-    starts = list(range(0, len(order), size))
-    if len(starts) > 1 and len(order) - starts[-1] < size / 2:
-        starts.pop()
-    ends = starts[1:] + [len(order)]
-    return [order[a:b] for a, b in zip(starts, ends)]
+    if values.shape != targets.shape:
+        raise ValueError(
+            f"values {tuple(values.shape)} and targets {tuple(targets.shape)} must match"
+        )
+    return 0.5 * (values - targets).pow(2).sum() / normaliser

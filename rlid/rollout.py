@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,9 @@ import numpy as np
 import torch
 
 from menus import make_memory
+from rlid import distributed as dist_
 from rlid.budget import Budget, Timers
+from rlid.distributed import World
 from rlid.env_workers import batched
 from rlid.protocols import Policy
 
@@ -71,6 +74,23 @@ def state_key(obs: str, info: dict[str, Any]) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a policy picks its actions in a batch of episodes.
+
+    Attributes:
+        rng: shuffles the menus (label order per step).
+        generator: draws the actions (a CPU generator, also for a model on a GPU).
+        greedy: take the most likely action instead of sampling.
+        temperature: the behaviour policy's sampling temperature.
+    """
+
+    rng: np.random.Generator
+    generator: torch.Generator
+    greedy: bool = False
+    temperature: float = 1.0
+
+
 def collect_episodes(
     envs: list[Any],
     policy: Policy,
@@ -78,10 +98,7 @@ def collect_episodes(
     groups: list[int],
     *,
     interface: Any,
-    rng: np.random.Generator,
-    generator: torch.Generator,
-    greedy: bool = False,
-    temperature: float = 1.0,
+    sampling: Sampling,
     budget: Budget | None = None,
     timers: Timers | None = None,
 ) -> list[Episode]:
@@ -110,10 +127,10 @@ def collect_episodes(
             [observations[i] for i in active],
             [infos[i] for i in active],
             memory_texts,
-            rng=rng,
-            generator=generator,
-            greedy=greedy,
-            temperature=temperature,
+            rng=sampling.rng,
+            generator=sampling.generator,
+            greedy=sampling.greedy,
+            temperature=sampling.temperature,
         )
         still = []
         with timers.time("env"):
@@ -151,3 +168,21 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
         "normalized_score": sum(e.score / max(e.max_score, 1e-9) for e in episodes) / n,
         "invalid_rate": sum(e.invalid_actions for e in episodes) / steps,
     }
+
+
+def gathered_episode_stats(
+    episodes: list[Episode], world: World, extra: Callable[[Episode], Any] | None = None
+) -> tuple[dict[str, float], list[Any]]:
+    """``episode_stats`` over all ranks' episodes (in group order, as one process has them).
+
+    ``extra(e)`` is gathered per episode alongside (e.g. per-decision rollout entropy).
+    """
+    if not world.distributed:
+        return episode_stats(episodes), [extra(e) for e in episodes] if extra else []
+    light = [
+        (e.group, Episode(**{**e.__dict__, "decisions": []}), extra(e) if extra else None)
+        for e in episodes
+    ]
+    everyone = [item for part in dist_.gather_objects(light, world) for item in part]
+    everyone.sort(key=lambda item: item[0])  # stable: episode order within a group kept
+    return episode_stats([item[1] for item in everyone]), [item[2] for item in everyone]

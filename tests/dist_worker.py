@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from baselines import token_trainer
-from rlid import distributed, hardware, trainer
+from rlid import distributed, optim, trainer
 from rlid.config import TrainConfig
 from rlid.planes import run_training
 from rlid.runs.stop import RunStopped
@@ -34,7 +34,7 @@ def main() -> int:
     run_dir, record, spec = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     record.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))
-    real_play, real_step = trainer.play_groups, hardware.Stepper.step
+    real_play, real_step = trainer.play_groups, optim.Stepper.step
     recorded: list[bool] = []
 
     def play(*args, **kw):
@@ -61,7 +61,7 @@ def main() -> int:
         def dying(self, loss, weight=1.0):
             os._exit(9)
 
-        hardware.Stepper.backward = dying  # type: ignore[method-assign]
+        optim.Stepper.backward = dying  # type: ignore[method-assign]
     real_full_state = distributed.Parallel.full_state
 
     def full_state(self, optimizer):
@@ -94,7 +94,7 @@ def main() -> int:
     distributed.Parallel.load_optimizer = load_optimizer  # type: ignore[method-assign]
     trainer.play_groups = play
     token_trainer.play_groups = play
-    hardware.Stepper.step = step  # type: ignore[method-assign]
+    optim.Stepper.step = step  # type: ignore[method-assign]
     code = 0
     try:
         if spec == "resume":

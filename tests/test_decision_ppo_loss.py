@@ -10,6 +10,7 @@ import torch
 
 from rlid.ppo import (
     PositionSums,
+    PPOCoefs,
     decision_ppo_loss,
     exact_entropy,
     exact_kl,
@@ -74,10 +75,9 @@ def test_loss_with_entropy_bonus_and_kl_penalty():
         torch.tensor([0]),
         torch.tensor([math.log(0.5)], dtype=DT),
         torch.tensor([2.0], dtype=DT),
-        ent_coef=0.1,
         logp_ref_all=ref,
-        kl_coef=0.5,
         label_mass=torch.tensor([0.9], dtype=DT),
+        coefs=PPOCoefs(ent_coef=0.1, kl_coef=0.5),
     )
     assert loss.item() == pytest.approx(-2 - 0.15 * math.log(2) + 0.125 * math.log(2))
     assert metrics["entropy"].item() == pytest.approx(1.5 * math.log(2))
@@ -127,9 +127,8 @@ def test_padded_rows_change_nothing():
             torch.tensor([2, 1]),
             torch.tensor([-1.0, -2.0], dtype=DT),
             torch.tensor([0.7, -1.3], dtype=DT),
-            ent_coef=0.01,
             logp_ref_all=ref_all,
-            kl_coef=0.1,
+            coefs=PPOCoefs(ent_coef=0.01, kl_coef=0.1),
         )
         (grad,) = torch.autograd.grad(loss, logits)
         assert torch.isfinite(grad).all()
@@ -154,9 +153,8 @@ def test_gradients_match_finite_differences():
             torch.tensor([2, 1]),
             torch.tensor([-1.0, -2.0], dtype=DT),
             torch.tensor([0.7, -1.3], dtype=DT),
-            ent_coef=0.05,
             logp_ref_all=ref_all,
-            kl_coef=0.1,
+            coefs=PPOCoefs(ent_coef=0.05, kl_coef=0.1),
         )[0]
 
     assert torch.autograd.gradcheck(loss_of, (logits.detach().requires_grad_(True),))
@@ -269,10 +267,7 @@ def test_position_penalty_has_the_bias_gradient():
     logits.requires_grad_(True)
     logp = torch.log_softmax(logits, -1)
     sums = PositionSums.of(logp, 3)
-    loss, _ = decision_ppo_loss(
-        logp, torch.tensor([0, 0, 0, 0]), logp.detach()[:, 0], torch.zeros(4, dtype=DT),
-        position_direction=position_directions(logp, sums).to(DT), position_coef=1.0,
-    )  # fmt: skip
+    loss, _ = decision_ppo_loss(logp, torch.tensor([0, 0, 0, 0]), logp.detach()[:, 0], torch.zeros(4, dtype=DT), position_direction=position_directions(logp, sums).to(DT), coefs=PPOCoefs(position_coef=1.0))  # fmt: skip
     (term,) = torch.autograd.grad(loss, logits)
     exact_value = _u_statistic(torch.log_softmax(logits, -1))
     (exact,) = torch.autograd.grad(exact_value, logits)
@@ -285,11 +280,7 @@ def test_position_penalty_has_the_bias_gradient():
 def test_position_penalty_pushes_mass_off_the_favoured_position():
     logits = torch.tensor([[2.0, 0.0], [1.0, 0.0]], dtype=DT, requires_grad=True)
     logp = torch.log_softmax(logits, -1)
-    loss, _ = decision_ppo_loss(
-        logp, torch.tensor([0, 0]), logp.detach()[:, 0], torch.zeros(2, dtype=DT),
-        position_direction=position_directions(logp, PositionSums.of(logp, 2)).to(DT),
-        position_coef=1.0,
-    )  # fmt: skip
+    loss, _ = decision_ppo_loss(logp, torch.tensor([0, 0]), logp.detach()[:, 0], torch.zeros(2, dtype=DT), position_direction=position_directions(logp, PositionSums.of(logp, 2)).to(DT), coefs=PPOCoefs(position_coef=1.0))  # fmt: skip
     loss.backward()
     assert (logits.grad[:, 0] > 0).all()  # descent lowers position 0's logit in both menus
     assert (logits.grad[:, 1] < 0).all()
@@ -309,7 +300,7 @@ def test_errors():
     with pytest.raises(ValueError, match="outside the menu"):
         decision_ppo_loss(logp, torch.tensor([-1]), old, adv)
     with pytest.raises(ValueError, match="needs logp_ref_all"):
-        decision_ppo_loss(logp, torch.tensor([0]), old, adv, kl_coef=0.1)
+        decision_ppo_loss(logp, torch.tensor([0]), old, adv, coefs=PPOCoefs(kl_coef=0.1))
     with pytest.raises(ValueError, match="integer"):
         decision_ppo_loss(logp, torch.tensor([0.0]), old, adv)
     with pytest.raises(ValueError, match="advantages must be"):
@@ -317,7 +308,7 @@ def test_errors():
     with pytest.raises(ValueError, match="logp_ref_all must have"):
         decision_ppo_loss(logp, torch.tensor([0]), old, adv, logp_ref_all=logp[:, :2])
     with pytest.raises(ValueError, match="needs position_direction"):
-        decision_ppo_loss(logp, torch.tensor([0]), old, adv, position_coef=0.1)
+        decision_ppo_loss(logp, torch.tensor([0]), old, adv, coefs=PPOCoefs(position_coef=0.1))
     with pytest.raises(ValueError, match="position_direction must have"):
         decision_ppo_loss(
             logp, torch.tensor([0]), old, adv, position_direction=torch.zeros(1, 2, dtype=DT)

@@ -17,7 +17,7 @@ import torch
 import envs
 from menus import Interface
 from rlid.env_workers import WorkerEnvs
-from rlid.rollout import collect_episodes
+from rlid.rollout import Sampling, collect_episodes
 
 OPTIONS = {"size": 2}
 
@@ -40,7 +40,7 @@ def _episodes(env_batch):
     seeds = [11, 11, 12, 12, 13, 13]
     episodes = collect_episodes(
         env_batch, _RandomPolicy(), seeds, [0, 0, 1, 1, 2, 2], interface=Interface(),
-        rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+        sampling=Sampling(np.random.default_rng(0), torch.Generator().manual_seed(0)),
     )  # fmt: skip
     return [
         ([d.action for d in e.decisions], e.rewards, e.won, e.max_score, e.states) for e in episodes

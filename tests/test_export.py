@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from menus import Interface
-from rlid import trainer
+from rlid import seeds, trainer
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
 from rlid.policy import DecisionPolicy
@@ -92,10 +92,10 @@ def test_agent_plays_like_the_batched_policy(tmp_path):
     agent = export_mod.load_agent(tmp_path / "agent")
     env = trainer.make_envs(config, "heldout", 1)[0]
     policy_stats = _heldout_eval(agent.policy, config.replace(eval_episodes=1))
-    obs, info = env.reset(seed=trainer.EVAL_SEED_BASE)
+    obs, info = env.reset(seed=seeds.EVAL_SEED_BASE)
     agent.reset()
     # the menu shuffles of the evaluation's first block (same rows in the same order)
-    agent.rng, agent.generator = trainer.iteration_rngs(config.seed, 0, stream=1)
+    agent.rng, agent.generator = seeds.iteration_rngs(config.seed, 0, stream=1)
     ret, done = 0.0, False
     while not done:
         obs, reward, terminated, truncated, info = env.step(agent.act(obs, info))

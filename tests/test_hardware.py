@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import envs
-from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.hardware import (
     Precision,
@@ -354,7 +353,9 @@ def test_token_plane_stores_and_rescores_the_behaviour_distribution(engine_name)
 
 # ------------------------------------------------- regularisers never act on their own
 def test_all_zero_advantages_do_not_move_the_policy_toward_uniform():
-    from rlid.trainer import ppo_update
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
+    from rlid.trainer import DecisionBatch, ppo_update
 
     model, tokenizer = _tiny()
     config = TrainConfig(ent_coef=0.01, kl_coef=0.1, label_mass_coef=0.1, minibatch_size=4)
@@ -371,29 +372,29 @@ def test_all_zero_advantages_do_not_move_the_policy_toward_uniform():
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
     optimizer = torch.optim.AdamW(params, lr=1e-2)
-    budget = Budget()
-    out = ppo_update(
-        policy, decisions, torch.zeros(8), torch.zeros(8), config=config, optimizer=optimizer,
-        params=params, rng=np.random.default_rng(0), budget=budget, timers=Timers(),
-    )  # fmt: skip
-    assert out == {"skipped_update": 1.0} and budget.optimizer_steps == 0
+    ctx = RunContext(config)
+    stepper = Stepper(optimizer, params, config.max_grad_norm)
+    owner = np.arange(8)
+    batch = DecisionBatch(decisions, torch.zeros(8), torch.zeros(8), owner)
+    out = ppo_update(ctx, policy, batch, stepper, np.random.default_rng(0))
+    assert out == {"skipped_update": 1.0} and ctx.budget.optimizer_steps == 0
     assert all(torch.equal(a, b) for a, b in zip(before, params))
     # minibatch level: the half with zero advantages is skipped, the other half steps
     perm = np.random.default_rng(0).permutation(8)  # the update's first minibatch order
     advantages = torch.zeros(8)
     advantages[perm[4:]] = torch.tensor([1.0, -1.0, 0.5, -0.5])  # second minibatch only
-    out = ppo_update(
-        policy, decisions, advantages, torch.zeros(8), config=config.replace(epochs=1),
-        optimizer=optimizer, params=params, rng=np.random.default_rng(0), budget=budget,
-        timers=Timers(),
-    )  # fmt: skip
-    assert out["skipped_minibatches"] == 1.0 and budget.optimizer_steps == 1
+    ctx.config = config.replace(epochs=1)
+    batch = DecisionBatch(decisions, advantages, torch.zeros(8), owner)
+    out = ppo_update(ctx, policy, batch, stepper, np.random.default_rng(0))
+    assert out["skipped_minibatches"] == 1.0 and ctx.budget.optimizer_steps == 1
 
 
 def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
     from test_microbatch import _generations
 
-    from baselines.token_trainer import token_update
+    from baselines.token_trainer import Rescoring, TokenBatch, token_update
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)
@@ -401,32 +402,34 @@ def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
         g.extra["logp_ref"] = [x - 0.3 for x in g.logp_old]
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
-    budget = Budget()
+    ctx = RunContext(TrainConfig(plane="token", beta=0.5))
     out = token_update(
-        model, completions, torch.zeros(len(completions)),
-        config=TrainConfig(plane="token", beta=0.5), optimizer=torch.optim.AdamW(params),
-        rng=np.random.default_rng(0), pad_id=tokenizer.pad_token_id, budget=budget,
-        timers=Timers(),
+        ctx, model, TokenBatch(completions, torch.zeros(len(completions)), np.arange(len(completions))),
+        Stepper(torch.optim.AdamW(params), params, 1.0), np.random.default_rng(0),
+        Rescoring(tokenizer.pad_token_id),
     )  # fmt: skip
-    assert out == {"skipped_update": 1.0} and budget.optimizer_steps == 0
+    assert out == {"skipped_update": 1.0} and ctx.budget.optimizer_steps == 0
     assert all(torch.equal(a, b) for a, b in zip(before, params))
 
 
 def test_token_trainer_merges_a_tiny_tail_minibatch():
     from test_microbatch import _generations
 
-    from baselines.token_trainer import token_update
+    from baselines.token_trainer import Rescoring, TokenBatch, token_update
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)[:17]  # minibatch 16: 16 + 1 -> one of 17
-    budget = Budget()
+    ctx = RunContext(TrainConfig(plane="token", minibatch_size=16, epochs=2))
+    params = list(model.parameters())
+    advantages = torch.randn(17, generator=torch.Generator().manual_seed(0))
     token_update(
-        model, completions, torch.randn(17, generator=torch.Generator().manual_seed(0)),
-        config=TrainConfig(plane="token", minibatch_size=16, epochs=2),
-        optimizer=torch.optim.AdamW(model.parameters()), rng=np.random.default_rng(0),
-        pad_id=tokenizer.pad_token_id, budget=budget, timers=Timers(),
+        ctx, model, TokenBatch(completions, advantages, np.arange(17)),
+        Stepper(torch.optim.AdamW(params), params, 1.0), np.random.default_rng(0),
+        Rescoring(tokenizer.pad_token_id),
     )  # fmt: skip
-    assert budget.optimizer_steps == 2  # one per epoch, never a step on 1 completion
+    assert ctx.budget.optimizer_steps == 2  # one per epoch, never a step on 1 completion
 
 
 # ------------------------------------------------------------------ memory and files
@@ -461,14 +464,14 @@ def test_readout_never_asks_for_every_layers_hidden_states():
 
 def test_reference_model_is_frozen_and_can_be_offloaded(tmp_path):
     from rlid.hardware import OffloadedModel
+    from rlid.loop import RunContext, reference_model
     from rlid.runs.log import RunLog
-    from rlid.trainer import reference_model
 
     model, _ = _tiny()
     for offload in (False, True):
         config = TrainConfig(kl_coef=0.1, ref_offload=offload)
         log = RunLog(tmp_path, config, resuming=False)
-        ref = reference_model(config, log, model)
+        ref = reference_model(RunContext(config, run_log=log), model)
         assert isinstance(ref, OffloadedModel) == offload
         assert not any(p.requires_grad for p in ref.parameters())
         assert all(p.device.type == "cpu" for p in ref.parameters())

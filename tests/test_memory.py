@@ -6,6 +6,7 @@ import pytest
 
 from menus import MEMORY_PROVIDERS, LastKMemory, NoMemory, StructuredMemory, make_memory
 from menus.memory import first_sentence, parse_location
+from rlid.rollout import Sampling
 
 
 def info(**extra):
@@ -144,7 +145,7 @@ def test_the_start_place_is_visited_in_rollouts_the_corpus_and_an_exported_agent
     policy = _RecordingPolicy()
     collect_episodes(
         [envs.make("keydoor", size=2, max_episode_steps=2)], policy, [3], [0],
-        interface=interface, rng=np.random.default_rng(0), generator=torch.Generator(),
+        interface=interface, sampling=Sampling(np.random.default_rng(0), torch.Generator()),
     )  # fmt: skip
     assert policy.seen[0] == "Visited: bathroom."
     assert "bathroom" in policy.seen[1]  # kept after the first step

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from baselines.losses import aggregation_normaliser, normaliser_units, token_policy_loss
-from rlid.ppo import decision_ppo_loss, minibatches
+from rlid.optim import minibatches
+from rlid.ppo import PPOCoefs, decision_ppo_loss
 
 MICRO = [1, 4, 32]
 B = 32
@@ -40,10 +41,7 @@ def _decision_grad(logits, actions, logp_old, ref, advantages, micro: int, norma
         part = slice(start, start + micro)
         logp_all = torch.log_softmax(leaf[part], -1)
         n = normaliser if normaliser is not None else None
-        loss, _ = decision_ppo_loss(
-            logp_all, actions[part], logp_old[part], advantages[part], clip_eps=0.2,
-            ent_coef=0.05, logp_ref_all=ref[part], kl_coef=0.1, normaliser=n,
-        )  # fmt: skip
+        loss, _ = decision_ppo_loss(logp_all, actions[part], logp_old[part], advantages[part], logp_ref_all=ref[part], normaliser=n, coefs=PPOCoefs(clip_eps=0.2, ent_coef=0.05, kl_coef=0.1))  # fmt: skip
         loss.backward()
         total = total + loss.detach()
     return leaf.grad, total
@@ -176,9 +174,10 @@ def decision_rollout():
 @pytest.mark.parametrize("micro", [1, 4])
 @pytest.mark.parametrize("advantage", ["group", "gae"])
 def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advantage):
-    from rlid.budget import Budget, Timers
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
     from rlid.policy import DecisionPolicy, ValueHead
-    from rlid.trainer import TrainConfig, ppo_update
+    from rlid.trainer import DecisionBatch, TrainConfig, ppo_update
 
     decisions, advantages = decision_rollout
     targets = advantages * 2
@@ -199,12 +198,11 @@ def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advan
                 params += list(head.parameters())
                 optimizer.add_param_group({"params": list(head.parameters())})
             policy = DecisionPolicy(model, tokenizer, config.interface, value_head=head)
-            budget = Budget()
-            ppo_update(
-                policy, decisions, advantages, targets, config=config, optimizer=optimizer,
-                params=params, rng=np.random.default_rng(0), budget=budget, timers=Timers(),
-            )  # fmt: skip
-            assert budget.optimizer_steps == 1
+            ctx = RunContext(config)
+            batch = DecisionBatch(decisions, advantages, targets, np.arange(len(decisions)))
+            stepper = Stepper(optimizer, params, config.max_grad_norm)
+            ppo_update(ctx, policy, batch, stepper, np.random.default_rng(0))
+            assert ctx.budget.optimizer_steps == 1
 
         return step
 
@@ -240,9 +238,10 @@ def _generations(model, tokenizer):
 
 @pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
 def test_token_update_micro_batches_equal_one_batch(algo):
-    from baselines.token_trainer import token_update
-    from rlid.budget import Budget, Timers
+    from baselines.token_trainer import Rescoring, TokenBatch, token_update
     from rlid.config import TrainConfig
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
 
     advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
 
@@ -253,13 +252,12 @@ def test_token_update_micro_batches_equal_one_batch(algo):
                 micro_batch_size=micro_batch_size, mismatch="tis", max_grad_norm=1e9,
             )  # fmt: skip
             completions = _generations(model, tokenizer)
-            budget = Budget()
-            token_update(
-                model, completions, advantages, config=config, optimizer=optimizer,
-                rng=np.random.default_rng(0), pad_id=tokenizer.pad_token_id, budget=budget,
-                timers=Timers(),
-            )  # fmt: skip
-            assert budget.optimizer_steps == 1
+            ctx = RunContext(config)
+            batch = TokenBatch(completions, advantages, np.arange(len(completions)))
+            stepper = Stepper(optimizer, params, config.max_grad_norm)
+            rescoring = Rescoring(tokenizer.pad_token_id)
+            token_update(ctx, model, batch, stepper, np.random.default_rng(0), rescoring)
+            assert ctx.budget.optimizer_steps == 1
 
         return step
 

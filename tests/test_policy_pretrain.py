@@ -164,7 +164,6 @@ def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_onl
 
 
 def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
-    from rlid.models import build_tiny_model
     from rlid.pretrain import weighted_lm_loss
 
     # hand-computed: two next-token predictions with CE log(2) and log(4)

@@ -21,10 +21,11 @@ from baselines.token_trainer import (
 from menus import Interface, command_completion, render_token_prompt
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
+from rlid.loop import make_envs
 from rlid.models import load_policy_model, save_policy_model
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
-from rlid.trainer import make_envs, make_reset_seeds
+from rlid.seeds import make_reset_seeds
 
 INTERFACE = Interface(memory="none")
 GAME = {"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3}

@@ -13,8 +13,8 @@ import envs
 from menus import Interface
 from rlid.budget import Budget, Timers
 from rlid.cli.main import main as cli_main
-from rlid.runs.evaluate import follow_walkthroughs
-from rlid.trainer import EVAL_SEED_BASE
+from rlid.evaluate import follow_walkthroughs
+from rlid.seeds import EVAL_SEED_BASE
 
 
 class _ScriptedGame:

@@ -178,7 +178,7 @@ def evaluate_reference(
     reset seeds).
     """
     import envs as envs_pkg
-    from rlid.trainer import evaluate
+    from rlid.evaluate import evaluate
 
     options = {**env_options, "split": "heldout"}
     env_list = [envs_pkg.make(env_id, **options) for _ in range(min(episodes, 16))]

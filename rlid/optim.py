@@ -1,0 +1,102 @@
+"""How one optimizer step is made: minibatches, micro-batches, accumulation, clipping.
+
+Both trainers (decision PPO in :mod:`rlid.trainer`, the token plane in
+``baselines.token_trainer``) cut an iteration's samples into minibatches
+(:func:`minibatches`, one optimizer step each), run each minibatch in micro-batches
+(:func:`chunks`) whose gradients accumulate, and step through a :class:`Stepper`
+(loss scaling for fp16, gradient clipping over plain and sharded parameters).
+Every micro-batch's loss is divided by its *minibatch's* normaliser, so the
+accumulated step equals the one-batch step (docs/design.md §10).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def minibatches(order: np.ndarray, size: int) -> list[np.ndarray]:
+    """Split a permutation of the batch into minibatches of ``size`` indices.
+
+    A tail shorter than half a minibatch joins the previous minibatch instead of
+    getting an optimizer step of its own (N = 65, size 32 -> 32, 33, not 32, 32, 1):
+    Adam would give a 1-decision estimate a full-size step. A tail of at least half
+    a minibatch stays a minibatch.
+    """
+    if size < 1:
+        raise ValueError(f"minibatch size must be >= 1, got {size}")
+    starts = list(range(0, len(order), size))
+    if len(starts) > 1 and len(order) - starts[-1] < size / 2:
+        starts.pop()
+    ends = starts[1:] + [len(order)]
+    return [order[a:b] for a, b in zip(starts, ends)]
+
+
+def chunks(count: int, size: int | None) -> list[slice]:
+    """[0, count) in consecutive slices of at most ``size`` (None: one slice)."""
+    size = size or max(count, 1)
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+class Stepper:
+    """backward / clip / step with an optional GradScaler (fp16), in one place.
+
+    ``backward`` may be called several times (gradient accumulation over
+    micro-batches) before one ``step``.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: list[torch.nn.Parameter],
+        max_grad_norm: float,
+        scaler: torch.amp.GradScaler | None = None,
+    ) -> None:
+        self.optimizer = optimizer
+        self.params = params
+        self.max_grad_norm = max_grad_norm
+        self.scaler = scaler
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, weight: float = 1.0) -> None:
+        """Backpropagate ``loss`` (times ``weight``: 0 for a filler step of a wrapped
+        model, which must run its collectives but add nothing)."""
+        if weight != 1.0:
+            loss = loss * weight
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self) -> torch.Tensor:
+        """Clip the (unscaled) gradient norm, step; returns the norm before clipping."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = clip_grad_norm(self.params, self.max_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when the norm is inf / NaN
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return grad_norm
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm_`` that also takes a mix of sharded (FSDP2 DTensor) and plain
+    parameters (a value head beside a sharded model): the total norm is computed over
+    both kinds, the sharded part's norm reduced over its shards."""
+    from torch.distributed.tensor import DTensor
+
+    sharded = [p for p in params if isinstance(p, DTensor)]
+    if not sharded:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    norms = []
+    for group in (sharded, plain):
+        grads = [p.grad for p in group if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)
+            norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    total = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.tensor(0.0)
+    for group in (sharded, plain):
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total
