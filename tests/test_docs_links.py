@@ -1,6 +1,7 @@
-"""The README and the docs stay true to the code: every relative link points at a file
-that exists, every `#anchor` at a heading of its target (GitHub's heading slugs), and
-every `rlid` command in a shell block parses with today's command line."""
+"""The README, the changelog and the docs stay true to the code: every relative link
+points at a file that exists, every `#anchor` at a heading of its target (GitHub's
+heading slugs), and every `rlid` command in a shell block parses with today's command
+line."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# Pages the docs link to that are being written elsewhere; a link to one resolves
+# while it is missing. An entry must go when its page lands (a test says so).
+PENDING = {"docs/run-directories.md", "docs/benchmark-envs.md", "docs/inference-engine.md"}
 
 
 def slug(heading: str) -> str:
@@ -31,7 +35,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def markdown_files() -> list[Path]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
     # run directories keep the summary.md each run wrote; their links are the run's own
     return [f for f in files if "runs" not in f.relative_to(ROOT).parts]
 
@@ -44,11 +48,20 @@ def broken_links(path: Path) -> list[str]:
             continue
         file_part, _, anchor = target.partition("#")
         dest = (path.parent / file_part).resolve() if file_part else path
-        if not dest.exists():
+        if not dest.exists() and not _pending(dest):
             bad.append(f"{target} (no such file)")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             bad.append(f"{target} (no heading #{anchor})")
     return bad
+
+
+def _pending(dest: Path) -> bool:
+    return dest.is_relative_to(ROOT) and dest.relative_to(ROOT).as_posix() in PENDING
+
+
+def test_pending_pages_are_still_missing():
+    landed = sorted(page for page in PENDING if (ROOT / page).exists())
+    assert landed == [], f"these pages exist now: remove them from PENDING: {landed}"
 
 
 def test_slug_follows_github():
@@ -123,7 +136,7 @@ def test_every_documented_rlid_command_parses():
             except SystemExit as stop:
                 if stop.code:
                     failed.append(f"{path.relative_to(ROOT)}: rlid {command}")
-    assert seen >= 50  # the README alone has dozens
+    assert seen >= 50  # the README and docs/usage.md alone have dozens
     assert failed == []
 
 

@@ -793,11 +793,12 @@ def test_a_run_that_recorded_a_field_now_left_out_at_its_default_still_resumes(
 
 
 def test_run_configs_committed_as_results_still_read():
-    """Every run directory under docs/results was written by an earlier version; each
-    config.json must still parse and match its fingerprint (else compare cannot reuse it)."""
+    """Every run config kept from docs/results (tests/data/result_runs) was written by an
+    earlier version; each must still parse and match its fingerprint (else compare cannot
+    reuse it)."""
     from rlid.runs.log import read_run_config
 
-    root = Path(__file__).resolve().parents[1] / "docs" / "results"
+    root = Path(__file__).resolve().parent / "data" / "result_runs"
     paths = [p for p in sorted(root.rglob("config.json")) if "fingerprint" in p.read_text()]
     assert len(paths) >= 20
     for path in paths:
@@ -836,13 +837,14 @@ def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs,
     from rlid.compare.run import check_existing_run
 
     results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    kept = Path(__file__).resolve().parent / "data" / "result_runs"  # the runs' config.json
     compare = load_compare_config(results / config)
     checked = set()
     for run in compare.runs():
         for where in run_dirs:
-            if (results / where / run.name / "config.json").is_file():
+            if (kept / where / run.name / "config.json").is_file():
                 # raises if the planned config differs from the one the run recorded
-                check_existing_run(run, results / where / run.name, "finished")
+                check_existing_run(run, kept / where / run.name, "finished")
                 checked.add(run.arm)
     assert checked == arms
 
