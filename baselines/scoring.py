@@ -47,6 +47,8 @@ from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
+from rlid.models import CausalLM
 from rlid.names import ScoreNorm
 from rlid.optim import chunks
 from rlid.policy import (
@@ -58,7 +60,6 @@ from rlid.policy import (
     fit_to_context,
     join_chunks,
 )
-from rlid.protocols import CausalLM
 from rlid.readout import context_limit
 
 Norm = ScoreNorm
@@ -287,3 +288,21 @@ class ScoringPolicy:
             [d.extra["actions"] for d in decisions],
             temperature=decision_temperatures(decisions),
         )
+
+
+def scoring_policy(
+    config: TrainConfig,
+    model: Any,
+    tokenizer: Any,
+    *,
+    value_head: ValueHead | None = None,
+    budget: Budget | None = None,
+    timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> ScoringPolicy:
+    """The scoring plane's acting policy for ``config`` around ``model`` (``rlid.planes``)."""
+    return ScoringPolicy(
+        model, tokenizer, config.interface, norm=config.norm, value_head=value_head,
+        budget=budget, timers=timers, autocast=autocast,
+        micro_batch_size=config.micro_batch_size,
+    )  # fmt: skip

@@ -36,8 +36,9 @@ from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
+from rlid.config import TrainConfig
 from rlid.optim import chunks
-from rlid.policy import fit_to_context
+from rlid.policy import ValueHead, fit_to_context
 from rlid.readout import context_limit
 
 
@@ -183,3 +184,22 @@ class TokenPolicy:
         )
         self.budget.tokens_processed += sum(map(len, prompt_ids)) + generated
         return records
+
+
+def make_token_policy(
+    config: TrainConfig,
+    model: Any,
+    tokenizer: Any,
+    *,
+    value_head: ValueHead | None = None,
+    budget: Budget | None = None,
+    timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> TokenPolicy:
+    """The token plane's acting policy for ``config`` around ``model`` (``rlid.planes``)."""
+    if value_head is not None:
+        raise ValueError("the token plane is critic-free: it takes no value head")
+    return TokenPolicy(
+        model, tokenizer, config.interface, max_new_tokens=config.max_new_tokens,
+        budget=budget, timers=timers, autocast=autocast,
+    )  # fmt: skip

@@ -72,12 +72,12 @@ from rlid.loop import (
     run_iterations,
     setup_hardware,
 )
-from rlid.lora import load_run_model
 from rlid.names import AdvantageScale
 from rlid.optim import Stepper, chunks, minibatches
 from rlid.rollout import Episode, gathered_episode_stats
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
+from rlid.starts import load_run_model
 
 
 @dataclass

@@ -38,8 +38,9 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
-from rlid.models import build_model_from_config, load_policy_model, model_config
+from rlid.models import build_model_from_config, model_config
 from rlid.policy import DecisionPolicy
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 from rlid.trainer import ppo_update
 

@@ -66,8 +66,9 @@ from transformers.utils import logging as hf_logging
 
 from baselines.engine import shared_prompt_logprobs
 from rlid.hardware import resolve_device
-from rlid.models import build_model_from_config, load_policy_model, model_config
+from rlid.models import build_model_from_config, model_config
 from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 METHODS = ("readout", "plain", "twosome", "twosome_kv", "generate")

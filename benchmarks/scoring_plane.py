@@ -32,8 +32,8 @@ import torch
 import envs
 from baselines.scoring import ScoringPolicy
 from rlid.config import TrainConfig
-from rlid.models import load_policy_model
 from rlid.pretrain import parse_env_entry
+from rlid.starts import load_policy_model
 
 
 def collect_states(env_entry: str, count: int, seed: int) -> tuple[list[str], list[dict[str, Any]]]:

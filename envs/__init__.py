@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from envs import builtin as _builtin  # noqa: F401  (registers the built-in games)
 from envs.base import TextGameEnv
-from envs.gym_ids import gym_id, gym_ids
+from envs.gym_ids import gym_id
 from envs.outcome import Outcome, best_rows, read_outcome
-from envs.registry import SPLITS, EnvSpec, Option, get_spec, list_envs, make, register
+from envs.registry import SPLITS, EnvSpec, Option, get_spec, gym_ids, list_envs, make, register
 from envs.textworld import specs as _tw_specs  # noqa: F401  (registers tw-*; lazy textworld)
 
 __all__ = [

@@ -18,8 +18,6 @@ that makes old results incomparable.
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium
 
 NAMESPACE = "rlid"
@@ -48,32 +46,14 @@ def gym_id(env_id: str) -> str:
     return f"{NAMESPACE}/{name}-v{version}"
 
 
-def make_gym(env_id: str, render_mode: str | None = None, **options: Any) -> Any:
-    """Gymnasium entry point: ``envs.make(env_id, **options)`` with Gymnasium's render_mode."""
-    from envs.registry import make
-
-    if render_mode not in (None, "ansi"):
-        raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-    env = make(env_id, **options)
-    env.render_mode = render_mode
-    return env
-
-
 def register_gym(env_id: str, doc: str = "") -> str:
     """Register ``env_id`` with Gymnasium (idempotent); return its Gymnasium id."""
     gid = gym_id(env_id)
     if gid not in gymnasium.registry:
         gymnasium.register(
             id=gid,
-            entry_point="envs.gym_ids:make_gym",
+            entry_point="envs.registry:make_gym",
             kwargs={"env_id": env_id},
             disable_env_checker=False,
         )
     return gid
-
-
-def gym_ids() -> dict[str, str]:
-    """Gymnasium id -> rlid env id, for every registered rlid env."""
-    from envs.registry import list_envs
-
-    return {gym_id(env_id): env_id for env_id in list_envs()}

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.gym_ids import gym_id, register_gym
+
 # Train / held-out games are disjoint seed ranges: game i of a split has seed
 # SPLIT_OFFSETS[split] + i.
 SPLIT_OFFSETS = {"train": 0, "heldout": 1_000_000}
@@ -135,8 +137,6 @@ _REGISTRY: dict[str, EnvSpec] = {}
 
 def register(spec: EnvSpec) -> None:
     """Register an env id, for ``envs.make`` and as a Gymnasium id (``envs.gym_ids``)."""
-    from envs.gym_ids import register_gym
-
     if spec.env_id in _REGISTRY:
         raise ValueError(f"env id {spec.env_id!r} is already registered")
     _REGISTRY[spec.env_id] = spec
@@ -175,3 +175,17 @@ def parse_option_strings(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"env option {pair!r} has an empty key")
         out[key] = value.strip()
     return out
+
+
+def make_gym(env_id: str, render_mode: str | None = None, **options: Any) -> Any:
+    """Gymnasium entry point: ``envs.make(env_id, **options)`` with Gymnasium's render_mode."""
+    if render_mode not in (None, "ansi"):
+        raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+    env = make(env_id, **options)
+    env.render_mode = render_mode
+    return env
+
+
+def gym_ids() -> dict[str, str]:
+    """Gymnasium id -> rlid env id, for every registered rlid env."""
+    return {gym_id(env_id): env_id for env_id in list_envs()}

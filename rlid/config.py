@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from envs.registry import parse_option_strings
 from menus import Interface
 from rlid.budget import BudgetCurrency
 from rlid.flags import add_dataclass_arguments, flag_name
@@ -36,8 +37,8 @@ from rlid.names import (
     ScoreNorm,
     TokenAlgo,
     WeightDtype,
+    parse_report_to,
 )
-from rlid.runs.trackers import parse_report_to
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -491,7 +492,6 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
     ``interface`` (a dict of the Interface fields given) and ``env_options`` appear
     only when something was given for them; everything else keeps its default.
     """
-    from envs.registry import parse_option_strings
 
     data: dict[str, Any] = {}
     if getattr(args, "config", None):

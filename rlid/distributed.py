@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ import torch
 import torch.distributed as dist
 
 from rlid.budget import Budget
+from rlid.runs.state import StoredTensor, materialize
 
 T = TypeVar("T")
 
@@ -173,8 +176,6 @@ def exit_process(code: int) -> NoReturn:
     after a resumed two-process FSDP run had written everything), and torchrun then
     reports the finished run as failed.
     """
-    import logging
-    import sys
 
     for stream in (sys.stdout, sys.stderr):
         with suppress(OSError, ValueError):  # a closed or broken stream: nothing to keep
@@ -631,7 +632,6 @@ class Parallel:
         whose tensors may still be on disk (:class:`rlid.runs.state.StoredTensor`). fsdp:
         one full state tensor at a time is read and cut to this rank's shard (a copy of
         its own, so the full tensor is freed before the next is read)."""
-        from rlid.runs.state import StoredTensor, materialize
 
         if self._fsdp:
             from torch.distributed.tensor import DTensor, distribute_tensor

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+import envs as envs_pkg
+
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 
@@ -40,7 +42,6 @@ def _worker(conn: Connection, env_id: str, options: dict[str, Any], count: int) 
     # exits (rlid.runs.stop); a worker ends when its pipe closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    import envs as envs_pkg
 
     try:
         local_envs = [envs_pkg.make(env_id, **options) for _ in range(count)]

@@ -42,14 +42,15 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
-from rlid.lora import AdapterDisabled, own_memory
-from rlid.models import load_policy_model
-from rlid.protocols import CausalLM
+from rlid.lora import AdapterDisabled
+from rlid.models import CausalLM, own_memory
+from rlid.planes import get_plane
 from rlid.rollout import Episode, Sampling, collect_episodes
 from rlid.runs.dir import rng_state
-from rlid.runs.log import RunLog
+from rlid.runs.log import RunLog, read_run_config
 from rlid.runs.stop import RunStopped, StopSignals
 from rlid.seeds import group_rngs, iteration_rngs
+from rlid.starts import load_policy_model, model_pin
 
 
 @dataclass
@@ -115,7 +116,7 @@ def open_run(
     whose config wins) and the checks that must fail before any work (the config's
     plane when ``plane`` is given, groups per process, device, precision); seeds torch."""
     world = dist_.init(config.dist_timeout if config is not None else 300.0)
-    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
+    log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer, pins=model_pin)
     config = log.config
     if plane is not None and config.plane != plane:
         raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
@@ -333,3 +334,24 @@ def run_iterations(
     finally:
         bar.close()
     finish_run(ctx, held_out)
+
+
+def run_training(
+    config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True
+) -> RunLog:
+    """Train ``config`` into the run directory ``out`` with its plane's trainer.
+
+    With ``resume=True`` the config is read from ``out`` (``config`` is ignored;
+    change what may change with :func:`rlid.runs.log.apply_resume_changes` first).
+    """
+    if resume:
+        config = read_run_config(out)[0]
+    if config is None:
+        raise ValueError("a config is required to start a new run")
+    try:
+        log = get_plane(config.plane).train(config, out, resume=resume, progress=progress)
+    except RunStopped:
+        dist_.release()  # every rank stopped after the same iteration: a clean exit
+        raise
+    dist_.release()  # the process group the trainer joined, before the process ends
+    return log

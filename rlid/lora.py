@@ -1,10 +1,11 @@
-"""LoRA adapters (optional, via ``peft``) and loading the model of a run.
+"""LoRA adapters (optional, via ``peft``).
 
 With ``lora_rank > 0`` only low-rank adapters on the attention projections are
 trained; the base weights stay frozen. The KL reference is then the *same* model
 with its adapters disabled (:class:`AdapterDisabled`), so no second copy of the
 weights is kept. A checkpoint holds the adapters only; resuming or evaluating
-loads the base model named in the run's config and attaches them.
+loads the base model named in the run's config and attaches them
+(:func:`rlid.starts.load_run_model`).
 
 ``peft`` is an optional dependency: ``pip install -e ".[lora]"``.
 """
@@ -28,23 +29,9 @@ def _peft() -> Any:
     return peft
 
 
-def base_model_path(config: Any) -> str:
-    """Where a LoRA run's base weights live: the model directory, or the warm tiny cache.
-
-    Recorded as ``base_model_name_or_path`` in the adapters' config, so that
-    ``peft.AutoPeftModelForCausalLM.from_pretrained(checkpoint)`` finds them.
-    """
-    from rlid.models import TINY_NAME, TINY_RANDOM_NAME, tiny_cache_dir
-
-    if config.model == TINY_NAME:
-        return str(tiny_cache_dir().resolve())
-    if config.model == TINY_RANDOM_NAME:
-        return TINY_RANDOM_NAME  # no directory: rlid.models rebuilds it from its seed
-    return str(Path(config.model).expanduser().resolve())
-
-
-def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
-    """Wrap ``model`` with fresh LoRA adapters (rank, alpha and targets from ``config``)."""
+def apply_lora(model: torch.nn.Module, config: Any, base: str) -> torch.nn.Module:
+    """Wrap ``model`` with fresh LoRA adapters (rank, alpha and targets from ``config``);
+    ``base`` is recorded as the adapters' ``base_model_name_or_path``."""
     peft = _peft()
     targets = [t.strip() for t in config.lora_targets.split(",") if t.strip()]
     lora = peft.LoraConfig(
@@ -63,52 +50,8 @@ def apply_lora(model: torch.nn.Module, config: Any) -> torch.nn.Module:
                 f"cannot put LoRA adapters on {targets}: {err}; set --lora-targets to "
                 "module names of this model (e.g. q_proj,v_proj)"
             ) from None
-    wrapped.peft_config["default"].base_model_name_or_path = base_model_path(config)
+    wrapped.peft_config["default"].base_model_name_or_path = base
     return wrapped.eval()
-
-
-def load_dtype(config: Any) -> torch.dtype:
-    """The dtype to load weights in: the run's weight dtype, except float32 for a fully
-    trained model under mixed precision (its master weights); loading in the final dtype
-    avoids a transient float32 copy of a large model."""
-    from rlid.hardware import DTYPES
-
-    dtype_name = getattr(config, "dtype", "float32")
-    if getattr(config, "mixed_precision", "none") != "none" and config.lora_rank == 0:
-        return torch.float32
-    return DTYPES[dtype_name]
-
-
-def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
-    """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
-    from rlid.models import load_policy_model
-
-    dtype = load_dtype(config)
-    model: torch.nn.Module
-    if config.lora_rank == 0:
-        source = log.checkpoint_model_dir() if log.resuming else config.model
-        model, tokenizer = load_policy_model(str(source), dtype=dtype)
-    else:
-        base, tokenizer = load_policy_model(str(config.model), dtype=dtype)
-        if not log.resuming:
-            model = apply_lora(base, config)
-        else:
-            model = attach_adapters(base, log.checkpoint_model_dir())
-    return own_memory(model), tokenizer
-
-
-def own_memory(model: torch.nn.Module) -> torch.nn.Module:
-    """Give every parameter and buffer memory of its own, aligned like a fresh allocation.
-
-    safetensors maps the file, so loaded tensors start at arbitrary offsets; CPU matmul
-    kernels then take other code paths and differ in the last bit from a run that never
-    reloaded, which breaks exact resume (and N-process = 1-process equivalence).
-    """
-    with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:
-            if tensor.data_ptr() % 64:
-                tensor.data = tensor.data.clone()
-    return model
 
 
 def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Module:

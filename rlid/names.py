@@ -8,7 +8,8 @@ error messages. This module imports nothing but ``typing``.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Literal, get_args
 
 PlaneName = Literal["decision", "token", "scoring"]
 """decision: menu + label readout; token: free text (GRPO family); scoring: TWOSOME-style."""
@@ -45,3 +46,33 @@ MixedPrecision = Literal["none", "bf16", "fp16"]
 
 ParallelName = Literal["ddp", "fsdp"]
 """How a multi-process run wraps the model for its update (``rlid.distributed.Parallel``)."""
+
+
+TrackerName = Literal["tensorboard", "wandb", "mlflow"]
+
+
+TRACKERS: tuple[str, ...] = get_args(TrackerName)
+
+
+def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"tensorboard,wandb"`` / ``["tensorboard"]`` / ``"none"`` -> validated names."""
+    if value is None:
+        return ()
+    items = [part for item in ([value] if isinstance(value, str) else value)
+             for part in str(item).split(",")]  # fmt: skip
+    names: list[str] = []
+    for item in items:
+        name = str(item).strip().lower()
+        if name in ("", "none"):
+            continue
+        if name == "all":
+            names += [n for n in TRACKERS if n not in names]
+            continue
+        if name not in TRACKERS:
+            raise ValueError(
+                f"report_to: unknown tracker {name!r}; choose from {', '.join(TRACKERS)} "
+                "(comma-separated) or none"
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)

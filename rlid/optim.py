@@ -84,6 +84,7 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     """``clip_grad_norm_`` that also takes a mix of sharded (FSDP2 DTensor) and plain
     parameters (a value head beside a sharded model): the total norm is computed over
     both kinds, the sharded part's norm reduced over its shards."""
+    # lazy: torch.distributed is absent from some torch builds; one process never needs it
     from torch.distributed.tensor import DTensor
 
     sharded = [p for p in params if isinstance(p, DTensor)]

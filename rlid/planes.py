@@ -1,11 +1,14 @@
 """One registry of planes: name -> how to build its policy and how to train it.
 
-The CLI (``rlid train`` / ``rlid eval``), :func:`rlid.runs.evaluate.evaluate_run` and
-``rlid compare`` all read this registry; nothing else dispatches on a plane name.
-The decision plane is registered here. The token and scoring planes live in the
-``baselines`` package, which registers them through the ``rlid.planes`` entry-point
-group (``pyproject.toml``), so the ``rlid`` core never imports ``baselines`` (the
-layering contract in ``pyproject.toml`` checks that).
+The CLI (``rlid train`` / ``rlid eval``), :mod:`rlid.agents` and ``rlid compare`` all
+read this registry; nothing else dispatches on a plane name. A plane names its policy
+factory and its trainer as ``"module:attribute"`` strings, imported on first use, so
+this module imports nothing of the training core (it sits below it, beside the
+config) and reading the registry costs no torch import. The decision plane is
+registered here. The token and scoring planes live in the ``baselines`` package,
+which registers them through the ``rlid.planes`` entry-point group
+(``pyproject.toml``), so the ``rlid`` core never imports ``baselines`` (the layering
+contract in ``pyproject.toml`` checks that).
 
     >>> from rlid.planes import get_plane
     >>> get_plane("decision").name
@@ -14,39 +17,54 @@ layering contract in ``pyproject.toml`` checks that).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rlid.budget import Budget, Timers
-    from rlid.config import TrainConfig
-    from rlid.policy import ValueHead
-    from rlid.protocols import Policy
-    from rlid.runs.log import RunLog
+from typing import Any
 
 ENTRY_POINT_GROUP = "rlid.planes"
 
 
+def resolve(ref: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A callable, or the object a ``"module:attribute"`` string names (imported now)."""
+    if callable(ref):
+        return ref
+    module, _, attribute = ref.partition(":")
+    if not module or not attribute:
+        raise ValueError(f"{ref!r} is not a 'module:attribute' reference")
+    found = getattr(importlib.import_module(module), attribute, None)
+    if not callable(found):
+        raise ValueError(f"{ref!r} names nothing callable")
+    return found
+
+
 @dataclass(frozen=True)
 class Plane:
-    """A plane: what acts (``make_policy``) and what trains it (``train``).
+    """A plane: what acts and what trains it.
 
     Attributes:
         name: the ``TrainConfig.plane`` value.
         summary: one line for help texts.
-        make_policy: ``(config, model, tokenizer, *, value_head, budget, timers, autocast)
-            -> Policy``, the acting policy around a model (training rollouts and evaluation).
-        train: ``(config, out, *, resume, progress) -> RunLog``, a whole training run.
+        policy: ``(config, model, tokenizer, *, value_head, budget, timers, autocast)
+            -> Policy``, the acting policy around a model (training rollouts and
+            evaluation), or its ``"module:attribute"`` reference.
+        trainer: ``(config, out, *, resume, progress) -> RunLog``, a whole training
+            run, or its ``"module:attribute"`` reference.
     """
 
     name: str
     summary: str
-    make_policy: Callable[..., Policy]
-    train: Callable[..., RunLog]
+    policy: Callable[..., Any] | str
+    trainer: Callable[..., Any] | str
+
+    def make_policy(self, config: Any, model: Any, tokenizer: Any, **kw: Any) -> Any:
+        """The plane's acting policy around ``model`` (see :attr:`policy`)."""
+        return resolve(self.policy)(config, model, tokenizer, **kw)
+
+    def train(self, config: Any, out: Any, *, resume: bool = False, progress: bool = True) -> Any:
+        """A whole training run into the run directory ``out`` (see :attr:`trainer`)."""
+        return resolve(self.trainer)(config, out, resume=resume, progress=progress)
 
 
 _PLANES: dict[str, Plane] = {}
@@ -81,70 +99,17 @@ def get_plane(name: str) -> Plane:
     return _PLANES[name]
 
 
-def run_training(
-    config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True
-) -> RunLog:
-    """Train ``config`` into the run directory ``out`` with its plane's trainer.
-
-    With ``resume=True`` the config is read from ``out`` (``config`` is ignored;
-    change what may change with :func:`rlid.runs.log.apply_resume_changes` first).
-    """
-    if resume:
-        from rlid.runs.log import read_run_config
-
-        config = read_run_config(out)[0]
-    if config is None:
-        raise ValueError("a config is required to start a new run")
-    from rlid import distributed
-    from rlid.runs.stop import RunStopped
-
-    try:
-        log = get_plane(config.plane).train(config, out, resume=resume, progress=progress)
-    except RunStopped:
-        distributed.release()  # every rank stopped after the same iteration: a clean exit
-        raise
-    distributed.release()  # the process group the trainer joined, before the process ends
-    return log
-
-
 def plane_names() -> list[str]:
     """Names of every registered plane (entry points loaded)."""
     _load_entry_points()
     return sorted(_PLANES)
 
 
-# ----------------------------------------------------------------------- decision plane
-def _decision_policy(
-    config: TrainConfig,
-    model: Any,
-    tokenizer: Any,
-    *,
-    value_head: ValueHead | None = None,
-    budget: Budget | None = None,
-    timers: Timers | None = None,
-    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-) -> Policy:
-    from rlid.policy import DecisionPolicy
-
-    return DecisionPolicy(
-        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
-        autocast=autocast, micro_batch_size=config.micro_batch_size,
-    )  # fmt: skip
-
-
-def _decision_train(
-    config: TrainConfig | None, out: Path, *, resume: bool = False, progress: bool = True
-) -> RunLog:
-    from rlid.trainer import train
-
-    return train(config, out, resume=resume, progress=progress)
-
-
 register_plane(
     Plane(
         name="decision",
         summary="menu of legal actions, label readout in one forward, decision-level PPO",
-        make_policy=_decision_policy,
-        train=_decision_train,
+        policy="rlid.policy:decision_policy",
+        trainer="rlid.trainer:train",
     )
 )

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,8 +29,8 @@ from menus import Interface, LabelSet, Menu, menu_for_step
 from menus.prompt import label_context, render_decision_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
+from rlid.models import CausalLM
 from rlid.optim import chunks
-from rlid.protocols import CausalLM
 from rlid.readout import (
     context_limit,
     left_pad_ids,
@@ -214,22 +213,6 @@ class DecisionPolicy:
         )
         self.pad_id = tokenizer.pad_token_id
 
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **kw: Any) -> DecisionPolicy:
-        """The policy of an agent directory written by ``rlid export`` (:mod:`rlid.runs.export`).
-
-        ``kw`` (``value_head``, ``budget``, ``timers``) go to the constructor.
-        """
-        from rlid.runs.export import load_policy
-
-        policy = load_policy(Path(path), **kw)
-        if not isinstance(policy, cls):
-            raise ValueError(
-                f"{path} holds a {type(policy).__name__}, not a decision-plane agent; "
-                "load it with rlid.runs.export.load_policy"
-            )
-        return policy
-
     @property
     def max_menu_size(self) -> int:
         return len(self.labels.labels)
@@ -343,3 +326,21 @@ def decision_temperatures(decisions: list[Decision]) -> float | torch.Tensor:
     if len(temps) == 1:
         return temps.pop()
     return torch.tensor([d.temperature for d in decisions], dtype=torch.float32)
+
+
+def decision_policy(
+    config: Any,
+    model: CausalLM,
+    tokenizer: Any,
+    *,
+    value_head: ValueHead | None = None,
+    budget: Budget | None = None,
+    timers: Timers | None = None,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> DecisionPolicy:
+    """The decision plane's acting policy for ``config`` (its interface and micro-batch
+    size) around ``model`` (``rlid.planes``)."""
+    return DecisionPolicy(
+        model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
+        autocast=autocast, micro_batch_size=config.micro_batch_size,
+    )  # fmt: skip

@@ -11,19 +11,13 @@ are menu policies; ``baselines.token_policy.TokenPolicy`` is a plain policy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-CausalLM = Any
-"""A Hugging Face causal LM (``PreTrainedModel``) or a wrapper with the same surface
-(``.config``, ``get_output_embeddings()``, ``forward(input_ids=..., ...)``), e.g. a peft
-model. ``Any`` because ``torch.nn.Module.__getattr__`` hides those attributes from mypy."""
-
-if TYPE_CHECKING:
-    from rlid.budget import Budget, Timers
-    from rlid.policy import Decision, ValueHead
+from rlid.budget import Budget, Timers
+from rlid.policy import Decision, ValueHead
 
 
 class ActionRecord(Protocol):

@@ -34,7 +34,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from menus.tokens import encode_prompt
-from rlid.protocols import CausalLM
+from rlid.models import CausalLM
 
 
 @dataclass(frozen=True)

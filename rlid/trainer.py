@@ -47,7 +47,6 @@ from rlid.loop import (
     run_iterations,
     setup_hardware,
 )
-from rlid.lora import base_model_path, load_run_model
 from rlid.optim import Stepper, chunks, minibatches
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead
@@ -59,11 +58,11 @@ from rlid.ppo import (
     position_directions,
     value_loss,
 )
-from rlid.pretrain import answered_labels
 from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, gathered_episode_stats
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
+from rlid.starts import answered_labels, base_model_path, load_run_model
 
 FILLER = np.zeros(1, dtype=np.int64)  # a filler micro-step scores the rank's first decision
 
@@ -369,8 +368,10 @@ def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
     plane = get_plane(config.plane)
 
     def make_policy(model: Any, tokenizer: Any, interface: Any, **kw: Any) -> MenuPolicy:
-        policy = plane.make_policy(config.replace(interface=interface), model, tokenizer, **kw)
-        return policy  # type: ignore[return-value]  # decision / scoring: menu policies
+        policy: MenuPolicy = plane.make_policy(
+            config.replace(interface=interface), model, tokenizer, **kw
+        )
+        return policy  # decision / scoring: menu policies
 
     return make_policy
 

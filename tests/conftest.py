@@ -19,22 +19,23 @@ settings.load_profile("rlid")
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _small_warm_start_recipe():
-    """``--model tiny`` builds its warm start on first use; in tests, from a tiny recipe.
+def _small_play_start_recipe():
+    """``--model tiny-play`` builds its start on first use; in tests, from a tiny recipe.
 
-    A non-default recipe has its own cache directory (``rlid.models.tiny_cache_dir``),
-    so this never replaces a real warm-started model in the user's cache.
+    A non-default recipe has its own cache directory (``rlid.starts.play_cache_dir``),
+    so this never replaces a real random-play start in the user's cache. (``tiny``, the
+    default, is the shipped start: nothing to build.)
     """
-    from rlid import models
+    from rlid import starts
     from rlid.pretrain import PretrainConfig
 
-    saved = models.WARM_START_RECIPE
-    models.WARM_START_RECIPE = PretrainConfig(
+    saved = starts.PLAY_RECIPE
+    starts.PLAY_RECIPE = PretrainConfig(
         envs=("keydoor",), episodes_per_env=2, max_episode_steps=4, steps=2, batch_size=2,
         threads=1,
     )  # fmt: skip
     yield
-    models.WARM_START_RECIPE = saved
+    starts.PLAY_RECIPE = saved
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ import torch
 from baselines import token_trainer
 from rlid import distributed, optim, trainer
 from rlid.config import TrainConfig
-from rlid.planes import run_training
+from rlid.loop import run_training
 from rlid.runs.stop import RunStopped
 
 

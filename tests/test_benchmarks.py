@@ -38,7 +38,7 @@ def random_qwen(tmp_path_factory):
 
 
 def test_random_model_writes_a_loadable_directory_and_refuses_to_overwrite(random_qwen):
-    from rlid.models import load_policy_model
+    from rlid.starts import load_policy_model
 
     random_model, root = random_qwen
     model, tokenizer = load_policy_model(root / "model")

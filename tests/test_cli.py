@@ -84,7 +84,7 @@ def test_format_menu_without_afterstates():
 def test_pretrain_builds_a_guided_warm_start_usable_as_a_model_dir(tmp_path, capsys):
     import json
 
-    from rlid.models import load_policy_model
+    from rlid.starts import load_policy_model
 
     out = tmp_path / "guided"
     code = main([

@@ -27,7 +27,7 @@ TINY = ["--env", "keydoor", "-o", "size=2", "-o", "keys=0", "-o", "distractors=1
 def _warm_model_built(tmp_path_factory):
     # Built before any test reads stderr: the first use of "tiny" in a process prints
     # a notice and a progress bar, which are not the error line these tests check.
-    from rlid.models import load_policy_model
+    from rlid.starts import load_policy_model
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))

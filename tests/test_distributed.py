@@ -24,8 +24,8 @@ from safetensors.torch import load_file
 
 from menus import Interface
 from rlid.config import TrainConfig, add_config_arguments, config_from_args
-from rlid.models import load_policy_model
 from rlid.runs.dir import load_trainer_state, read_metrics
+from rlid.starts import load_policy_model
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = test_token_trainer.GAME

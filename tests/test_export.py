@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from menus import Interface
+from rlid import agents as export_mod
 from rlid import seeds, trainer
+from rlid.agents import load_policy
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
 from rlid.policy import DecisionPolicy
-from rlid.runs import export as export_mod
 from rlid.runs.dir import read_json
 
 GAME = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 5}
@@ -57,12 +58,12 @@ def test_export_round_trip_reproduces_heldout_eval_exactly(tmp_path, capsys):
     assert data["interface"] == config.interface.to_dict() and data["lora"] is None
     assert len(data["labels"]) == len(data["label_token_ids"]) >= 2
 
-    policy = DecisionPolicy.from_pretrained(out)  # from the export alone
+    policy = load_policy(out)  # from the export alone
     assert isinstance(policy, DecisionPolicy) and list(policy.labels.labels) == data["labels"]
     after = read_json(tmp_path / "run" / "eval.json")["after"]
     assert _heldout_eval(policy, config) == after
     # ... and it is the trained model, not the starting one
-    from rlid.models import load_policy_model
+    from rlid.starts import load_policy_model
 
     trained = load_policy_model(str(tmp_path / "run" / "checkpoint" / "model"))[0].state_dict()
     start = load_policy_model("tiny")[0].state_dict()
@@ -122,7 +123,7 @@ def test_lora_export_records_base_and_merges(tmp_path):
     pytest.importorskip("peft")
     config = _train(tmp_path / "run", lora_rank=2, lora_targets="q_proj,v_proj")
     ckpt_adapter = read_json(tmp_path / "run" / "checkpoint" / "model" / "adapter_config.json")
-    from rlid.lora import base_model_path
+    from rlid.starts import base_model_path
 
     base = base_model_path(config)
     assert ckpt_adapter["base_model_name_or_path"] == base and Path(base).is_dir()
@@ -132,15 +133,15 @@ def test_lora_export_records_base_and_merges(tmp_path):
         read_json(tmp_path / "adapters" / "adapter_config.json")["base_model_name_or_path"] == base
     )
     after = read_json(tmp_path / "run" / "eval.json")["after"]
-    assert _heldout_eval(DecisionPolicy.from_pretrained(tmp_path / "adapters"), config) == after
+    assert _heldout_eval(load_policy(tmp_path / "adapters"), config) == after
 
     assert (
         cli_main(["export", "--merge-lora", str(tmp_path / "run"), str(tmp_path / "merged")]) == 0
     )
     assert not (tmp_path / "merged" / "adapter_config.json").exists()
     assert json.loads((tmp_path / "merged" / "interface.json").read_text())["lora"]["merged"]
-    merged = DecisionPolicy.from_pretrained(tmp_path / "merged")
-    unmerged = DecisionPolicy.from_pretrained(tmp_path / "adapters")
+    merged = load_policy(tmp_path / "merged")
+    unmerged = load_policy(tmp_path / "adapters")
     ids = torch.tensor(
         [unmerged.tokenizer.encode("Goal: open the door\nActions:\nA) go east\nAnswer:")]
     )

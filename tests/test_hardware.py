@@ -101,7 +101,7 @@ def test_hardware_fields_are_recorded_and_flags_derived():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("plane", ["decision", "token"])
 def test_training_runs_with_every_tensor_on_the_device(tmp_path, device, plane):
-    from rlid.planes import run_training
+    from rlid.loop import run_training
 
     extra = {"max_new_tokens": 3, "algo": "dapo"} if plane == "token" else {"kl_coef": 0.1}
     config = TrainConfig(

@@ -14,9 +14,10 @@ from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
 from rlid.lora import AdapterDisabled, apply_lora
-from rlid.models import build_tiny_model, load_policy_model
+from rlid.models import build_tiny_model
 from rlid.policy import DecisionPolicy
 from rlid.runs.dir import read_metrics
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 

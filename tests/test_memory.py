@@ -132,9 +132,9 @@ def test_the_start_place_is_visited_in_rollouts_the_corpus_and_an_exported_agent
 
     import envs
     from menus import Interface
+    from rlid.agents import Agent
     from rlid.pretrain import PretrainConfig, transcripts
     from rlid.rollout import collect_episodes
-    from rlid.runs.export import Agent
     from rlid.tokenizer import build_tiny_tokenizer
 
     start_obs, start_info = envs.make("keydoor", size=2).reset(seed=3)

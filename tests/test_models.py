@@ -15,14 +15,8 @@ from transformers import AutoModelForCausalLM
 
 from rlid import models as models_mod
 from rlid import tokenizer as tokenizer_mod
-from rlid.models import (
-    build_model_from_config,
-    build_tiny_model,
-    load_policy_model,
-    model_config,
-    save_policy_model,
-    tiny_cache_dir,
-)
+from rlid.models import build_model_from_config, build_tiny_model, model_config, save_policy_model
+from rlid.starts import load_policy_model, play_cache_dir
 from rlid.tokenizer import build_tiny_tokenizer, required_single_tokens
 
 TYPICAL_PROMPT = (
@@ -141,15 +135,15 @@ def test_model_config_rejects_unknown_fields(tok):
 def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
     recipe = models_mod.warm_start_recipe()
     assert recipe.steps <= 5  # conftest's tiny recipe: this test takes seconds
-    assert tiny_cache_dir().parent == cache_dir / "models"
-    assert tiny_cache_dir().name.startswith("tiny-warm-")  # never the real recipe's dir
+    assert play_cache_dir().parent == cache_dir / "models"
+    assert play_cache_dir().name.startswith("tiny-warm-")  # never the real recipe's dir
     model, tok = load_policy_model("tiny")
     err = capfd.readouterr().err
     notice = [line for line in err.splitlines() if line.startswith("rlid: building")]
-    assert len(notice) == 1 and str(tiny_cache_dir()) in notice[0]
+    assert len(notice) == 1 and str(play_cache_dir()) in notice[0]
     assert "pretrain" in err  # the progress bar
     assert model.rlid_origin == "warm"
-    info = json.loads((tiny_cache_dir() / "pretrain.json").read_text())
+    info = json.loads((play_cache_dir() / "pretrain.json").read_text())
     assert info["config"]["steps"] == recipe.steps
     assert tok.padding_side == "left" and tok.pad_token_id is not None
     fresh = build_tiny_model(build_tiny_tokenizer(), seed=0)
@@ -161,7 +155,7 @@ def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
     # random only on explicit request
     for random_model in (
         load_policy_model("tiny-random")[0],
-        load_policy_model("tiny", warm=False)[0],
+        load_policy_model("tiny-random")[0],
     ):
         assert random_model.rlid_origin == "fresh"
         assert torch.equal(random_model.lm_head.weight, fresh.lm_head.weight)
@@ -172,7 +166,7 @@ def test_default_recipe_uses_the_plain_cache_dir(cache_dir, monkeypatch):
 
     monkeypatch.setattr(models_mod, "WARM_START_RECIPE", None)
     assert models_mod.warm_start_recipe() == PretrainConfig()
-    assert tiny_cache_dir() == cache_dir / "models" / "tiny-warm"
+    assert play_cache_dir() == cache_dir / "models" / "tiny-warm"
 
 
 def test_saving_through_a_symbolic_link_writes_where_it_points(tmp_path, tok):
@@ -204,13 +198,13 @@ def test_pretrain_refuses_a_file_as_its_output_before_building(tmp_path):
 def test_save_then_load_round_trips(cache_dir, tok):
     model = build_tiny_model(tok, seed=3)
     ids = torch.tensor([encode(tok, TYPICAL_PROMPT)])
-    save_policy_model(model, tok, tiny_cache_dir())
-    save_policy_model(model, tok, tiny_cache_dir())  # overwriting an existing dir works
-    assert [p.name for p in tiny_cache_dir().parent.iterdir()] == [tiny_cache_dir().name]
+    save_policy_model(model, tok, play_cache_dir())
+    save_policy_model(model, tok, play_cache_dir())  # overwriting an existing dir works
+    assert [p.name for p in play_cache_dir().parent.iterdir()] == [play_cache_dir().name]
     umask = os.umask(0)
     os.umask(umask)
-    assert tiny_cache_dir().stat().st_mode & 0o777 == 0o777 & ~umask  # not a private temp dir
-    for path in tiny_cache_dir().iterdir():  # safetensors alone writes its file 0600
+    assert play_cache_dir().stat().st_mode & 0o777 == 0o777 & ~umask  # not a private temp dir
+    for path in play_cache_dir().iterdir():  # safetensors alone writes its file 0600
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path.name
 
     warm, warm_tok = load_policy_model("tiny")
@@ -220,9 +214,9 @@ def test_save_then_load_round_trips(cache_dir, tok):
     with torch.no_grad():
         assert torch.equal(model(ids).logits, warm(ids).logits)
 
-    local, _ = load_policy_model(str(tiny_cache_dir()))
+    local, _ = load_policy_model(str(play_cache_dir()))
     assert local.rlid_origin == "local"
-    fresh, _ = load_policy_model("tiny", warm=False)
+    fresh, _ = load_policy_model("tiny-random")
     assert fresh.rlid_origin == "fresh"
     half, _ = load_policy_model("tiny", dtype=torch.bfloat16)
     assert half.dtype == torch.bfloat16
@@ -233,11 +227,11 @@ def test_loading_shows_no_transformers_bar_even_when_it_is_on(cache_dir, tok, ca
     # output and one-line errors must not get "Loading weights" in front of them.
     from transformers.utils import logging as hf_logging
 
-    save_policy_model(build_tiny_model(tok, seed=3), tok, tiny_cache_dir())
+    save_policy_model(build_tiny_model(tok, seed=3), tok, play_cache_dir())
     capfd.readouterr()
     hf_logging.enable_progress_bar()
     try:
-        load_policy_model(str(tiny_cache_dir()))
+        load_policy_model(str(play_cache_dir()))
         assert hf_logging.is_progress_bar_enabled()  # the caller's setting is restored
     finally:
         hf_logging.disable_progress_bar()
@@ -247,7 +241,7 @@ def test_loading_shows_no_transformers_bar_even_when_it_is_on(cache_dir, tok, ca
 def test_stale_warm_cache_is_rebuilt_loudly(cache_dir, caplog):
     other = build_tiny_tokenizer()
     other.add_tokens(["<|other|>"])
-    save_policy_model(build_tiny_model(other), other, tiny_cache_dir())
+    save_policy_model(build_tiny_model(other), other, play_cache_dir())
     with caplog.at_level(logging.WARNING, logger="rlid.models"):
         model, tok = load_policy_model("tiny")
     assert model.rlid_origin == "warm"

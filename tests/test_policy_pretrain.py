@@ -10,10 +10,11 @@ import torch
 
 import envs
 from menus import Interface
-from rlid.models import build_tiny_model, load_policy_model
+from rlid.models import build_tiny_model
 from rlid.policy import DecisionPolicy, sample_rows
-from rlid.pretrain import PretrainConfig, answered_labels, pretrain, random_play_transcripts
+from rlid.pretrain import PretrainConfig, pretrain, random_play_transcripts, transcripts
 from rlid.readout import label_logprobs
+from rlid.starts import answered_labels, load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 
@@ -208,7 +209,7 @@ def _not_called(*args, **kwargs):
 def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkeypatch, capsys):
     """Killed in step 6 with a checkpoint every 2 steps, the build resumes at step 4
     and ends bit-identical to an uninterrupted one; the checkpoint is gone afterwards."""
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=7, batch_size=4,
@@ -249,7 +250,7 @@ def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkey
 
 
 def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_path, monkeypatch):
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=4, batch_size=2,
@@ -288,7 +289,7 @@ def test_a_finished_pretraining_removes_its_work_dir_before_dropping_the_lock(
 ):
     # Removed after the release, a second builder could take the lock in between and
     # lose its lock file and checkpoint to the first one's removal.
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
     from rlid.runs.lock import RunLock
 
     seen = []
@@ -475,7 +476,6 @@ def test_interface_long_prompts_is_checked_and_recorded_only_when_changed():
 
 
 def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatch):
-    import rlid.pretrain as pretrain_mod
 
     played: dict[int, list[int]] = {}
     real_make = envs.make
@@ -493,13 +493,13 @@ def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatc
         env.reset = recording_reset
         return env
 
-    monkeypatch.setattr(pretrain_mod.envs_pkg, "make", spying_make)
+    monkeypatch.setattr(envs, "make", spying_make)
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, walkthrough_episodes=40)
-    pretrain_mod.transcripts(PretrainConfig(**base), tokenizer)
+    transcripts(PretrainConfig(**base), tokenizer)
     assert set(played) == {16} and max(played[16]) < 16  # the env's own pool
     played.clear()
-    pretrain_mod.transcripts(PretrainConfig(**base, num_games=5000), tokenizer)
+    transcripts(PretrainConfig(**base, num_games=5000), tokenizer)
     assert set(played) == {5000}
     # 41 draws from 5,000 games: (almost surely) beyond the default 16, all training games
     assert max(played[5000]) >= 16 and len(set(played[5000])) > 16
@@ -534,8 +534,8 @@ def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_i
 def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_default():
     import re
 
+    import rlid.pretrain.build as pretrain_mod
     from menus.labels import parse_alphabet
-    from rlid import pretrain as pretrain_mod
     from rlid.pretrain import transcripts
 
     tokenizer = build_tiny_tokenizer()
@@ -574,8 +574,8 @@ def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_
 def test_afterstate_play_answers_with_the_rows_the_menu_marks_best():
     import re
 
+    import rlid.pretrain.build as pretrain_mod
     from envs.outcome import best_rows
-    from rlid import pretrain as pretrain_mod
     from rlid.pretrain import transcripts
 
     tokenizer = build_tiny_tokenizer()
@@ -637,7 +637,8 @@ def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
 def test_size_builds_the_preset_architecture_and_an_unknown_size_is_refused(tmp_path):
     import json
 
-    from rlid.models import MODEL_SIZES, load_policy_model
+    from rlid.models import MODEL_SIZES
+    from rlid.starts import load_policy_model
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, steps=1, batch_size=2,
@@ -698,7 +699,7 @@ def test_sigterm_saves_the_pretraining_step_and_the_build_resumes_from_it(
     an uninterrupted build."""
     import signal
 
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
     from rlid.runs.stop import RunStopped
 
     config = PretrainConfig(
@@ -734,7 +735,7 @@ def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
 ):
     import shutil
 
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
     from rlid.runs.state import load_state, save_state
 
     config = PretrainConfig(
@@ -806,7 +807,7 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
 
 
 def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_path, monkeypatch):
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
     from rlid.pretrain import load_unfinished
 
     config = PretrainConfig(
@@ -827,7 +828,7 @@ def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_pa
 def test_pretrain_snapshot_saves_the_unfinished_build_as_a_model_dir(tmp_path, monkeypatch, capsys):
     import json
 
-    import rlid.pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
     from rlid.cli.main import main
 
     config = PretrainConfig(

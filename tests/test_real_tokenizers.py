@@ -35,9 +35,9 @@ from menus import (
 )
 from menus.tokens import continuation_ids, encode, encode_prompt
 from rlid.audit.exact import continuation_ids as audit_continuation_ids
-from rlid.models import load_policy_model
 from rlid.policy import DecisionPolicy
 from rlid.readout import tokenize_prompts
+from rlid.starts import load_policy_model
 from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
 
 # Llama-2's chat format: the answer follows "[/INST]" after a space ("[/INST] A</s>").

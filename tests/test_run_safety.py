@@ -22,11 +22,12 @@ from menus import Interface
 from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.models import load_policy_model, save_policy_model, tiny_cache_dir
+from rlid.models import save_policy_model
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock, RunLockedError, recorded_holder
 from rlid.runs.log import NonFiniteError, RunLog
 from rlid.runs.state import load_state, save_state
+from rlid.starts import load_policy_model, play_cache_dir
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 ROOT = Path(__file__).resolve().parents[1]
@@ -466,18 +467,18 @@ def test_resume_with_a_larger_steps_extends_the_run(finished_run, tmp_path, caps
 def test_resume_refuses_when_the_starting_model_changed(finished_run, tmp_path, capsys):
     run = copy_run(finished_run, tmp_path)
     pin = json.loads((run / "config.json").read_text())["start_model"]
-    assert pin["origin"] == "warm" and pin["path"] == str(tiny_cache_dir().resolve())
+    assert pin["origin"] == "warm" and pin["path"] == str(play_cache_dir().resolve())
     # the warm-start cache is rebuilt after the run started: "tiny" now means other weights
     model, tokenizer = load_policy_model("tiny")
     with torch.no_grad():
         next(model.parameters()).add_(0.01)
-    save_policy_model(model, tokenizer, tiny_cache_dir())
+    save_policy_model(model, tokenizer, play_cache_dir())
     try:
         assert cli_main(["train", "--resume", str(run)]) == 2
         err = capsys.readouterr().err
         assert "different starting / reference weights" in err and pin["sha256"][:12] in err
     finally:
-        shutil.rmtree(tiny_cache_dir())
+        shutil.rmtree(play_cache_dir())
 
 
 # --------------------------------------------------------------- files
@@ -664,7 +665,7 @@ def test_resume_removes_what_a_save_killed_mid_write_left(
 
 
 def test_a_pretraining_build_removes_what_a_save_killed_mid_write_left(tmp_path, monkeypatch):
-    from rlid import pretrain as pretrain_mod
+    import rlid.pretrain.build as pretrain_mod
 
     out = tmp_path / "start"
     work = pretrain_mod.work_dir(out)

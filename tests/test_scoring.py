@@ -14,8 +14,8 @@ from baselines.scoring import ScoringPolicy
 from menus import Interface, command_completion, render_token_prompt
 from rlid.budget import Budget
 from rlid.config import TrainConfig
-from rlid.models import load_policy_model
 from rlid.policy import ValueHead
+from rlid.starts import load_policy_model
 from rlid.trainer import train
 
 INTERFACE = Interface(memory="none")
@@ -24,7 +24,7 @@ INTERFACE = Interface(memory="none")
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    return load_policy_model("tiny", warm=False)
+    return load_policy_model("tiny-random")
 
 
 def _states():
@@ -150,7 +150,7 @@ def test_without_a_cache_the_shared_prompt_falls_back_to_full_sequences(tiny):
     from rlid.hardware import enable_gradient_checkpointing
 
     _, tokenizer = tiny
-    model, _ = load_policy_model("tiny", warm=False)
+    model, _ = load_policy_model("tiny-random")
     enable_gradient_checkpointing(model)
     model.train()
     assert shared_prompt_logprobs(model, [[5, 6, 7]], [[[8, 9]]], tokenizer.pad_token_id) is None

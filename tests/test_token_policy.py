@@ -21,7 +21,7 @@ from baselines.parse import ARTICLES, normalise_command, parse_action
 from baselines.token_policy import TokenPolicy
 from menus import Interface, parse_command
 from rlid.budget import Budget
-from rlid.models import load_policy_model
+from rlid.starts import load_policy_model
 
 # --------------------------------------------------------------------------- parse rule
 WORDS = st.sampled_from(["go", "east", "take", "brass", "key", "open", "oak", "door", "look"])
@@ -97,7 +97,7 @@ def test_parse_examples():
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    model, tokenizer = load_policy_model("tiny", warm=False)
+    model, tokenizer = load_policy_model("tiny-random")
     return model, tokenizer
 
 

@@ -22,10 +22,11 @@ from menus import Interface, command_completion, render_token_prompt
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.loop import make_envs
-from rlid.models import load_policy_model, save_policy_model
+from rlid.models import save_policy_model
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
+from rlid.starts import load_policy_model
 
 INTERFACE = Interface(memory="none")
 GAME = {"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3}
@@ -39,7 +40,7 @@ def commanding_model(tmp_path_factory):
     and every advantage zero; this one writes one about half of the time.
     """
     torch.set_num_threads(1)
-    model, tokenizer = load_policy_model("tiny", warm=False)
+    model, tokenizer = load_policy_model("tiny-random")
     env = envs.make("keydoor", **GAME)
     rng = np.random.default_rng(0)
     pairs = []

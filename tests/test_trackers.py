@@ -10,9 +10,10 @@ import pytest
 from menus import Interface
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
+from rlid.names import parse_report_to
 from rlid.runs import trackers as trackers_mod
 from rlid.runs.dir import read_json, read_metrics
-from rlid.runs.trackers import RunTrackers, flatten_row, parse_report_to
+from rlid.runs.trackers import RunTrackers, flatten_row
 
 ROWS = [
     {"iteration": 1, "return": 0.5, "skipped": True, "note": "x", "nan": float("nan"),

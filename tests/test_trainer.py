@@ -12,8 +12,8 @@ from menus import Interface
 from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.models import load_policy_model
 from rlid.runs.dir import read_metrics
+from rlid.starts import load_policy_model
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 
@@ -331,22 +331,24 @@ def test_position_penalty_is_for_the_decision_plane():
 
 
 def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path, capsys):
-    from rlid.runs.evaluate import evaluate_model, evaluate_run
+    from rlid.agents import EvalRequest, evaluate_model, evaluate_run
 
     config = small_config(eval_episodes=5)
     run = Path(trainer_mod.train(config, tmp_path / "run", progress=False).path)
     rows = json.loads((run / "eval.json").read_text())
-    stats = evaluate_model(config, episodes=5)
-    assert stats["origin"] == "warm" and stats["model"] == "tiny"
+    stats = evaluate_model(config, EvalRequest(episodes=5))
+    assert stats["origin"] == "shipped" and stats["model"] == "tiny"
     assert {k: stats[k] for k in rows["before"]} == rows["before"]
     # The trained model, played as a model dir with the run's config, is the "after" row.
     trained = evaluate_model(
         TrainConfig.from_record({**config.to_dict(), "model": str(run / "checkpoint" / "model")}),
-        episodes=5,
+        EvalRequest(episodes=5),
     )  # fmt: skip
     assert trained["origin"] == "local"
     assert {k: trained[k] for k in rows["after"]} == rows["after"]
-    assert {k: evaluate_run(run, episodes=5)[k] for k in rows["after"]} == rows["after"]
+    assert {k: evaluate_run(run, EvalRequest(episodes=5))[k] for k in rows["after"]} == rows[
+        "after"
+    ]
 
     # From the command line: the config file gives plane, interface and env; flags win.
     (tmp_path / "c.toml").write_text(

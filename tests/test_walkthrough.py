@@ -155,8 +155,8 @@ def test_real_policies_are_walked_with_one_forward_per_state(plane, monkeypatch)
     # greedy decisions keep every row's log-prob, so the walk reads p from the forward
     # that chose the row; the numbers are those of scoring the decisions again
     from rlid.config import TrainConfig
-    from rlid.models import load_policy_model
     from rlid.planes import get_plane
+    from rlid.starts import load_policy_model
 
     model, tokenizer = load_policy_model("tiny-random")
     interface = Interface(memory="none")

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from envs.registry import EnvSpec, Option, register
+from envs.textworld.env import GameFile, GeneratedGames, TextWorldEnv
 
 _COMMON_ARGS = ("split", "game_seed", "num_games", "max_episode_steps", "afterstates")
 
 
 def _generated(challenge: str, settings: dict[str, Any], options: dict[str, Any]):
-    from envs.textworld.env import GeneratedGames, TextWorldEnv
 
     return TextWorldEnv(
         GeneratedGames(challenge, settings), **{k: options[k] for k in _COMMON_ARGS}
@@ -72,7 +72,6 @@ def make_custom(**options: Any):
 
 
 def make_file(**options: Any):
-    from envs.textworld.env import GameFile, TextWorldEnv
 
     path = options["path"]
     if path is None:

@@ -14,6 +14,7 @@ from rlid.audit import run as _run
 from rlid.audit.report import format_report, write_plot
 from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
 from rlid.flags import add_dataclass_arguments, given_values
+from rlid.starts import load_policy_model
 
 
 # ------------------------------------------------------------------------- CLI
@@ -43,7 +44,6 @@ def run_audit(args: argparse.Namespace) -> int:
         config = AuditConfig(**given_values(args, AuditConfig))
         wordings = load_wordings(config.wordings) if config.wordings else None
         resolve_problem(config, wordings)  # input errors before the model loads
-        from rlid.models import load_policy_model
 
         model, tokenizer = load_policy_model(config.model)
         start = time.perf_counter()

@@ -17,7 +17,7 @@ of the same weights, a different parameterisation the identity says nothing abou
 (3) noise in the advantage itself, which marginalising does not remove.
 
     >>> from rlid.models import load_policy_model
-    >>> model, tokenizer = load_policy_model("tiny", warm=False)
+    >>> model, tokenizer = load_policy_model("tiny-random")
     >>> report = audit(model, tokenizer, AuditConfig(mc_sizes=(4,), n_boot=50))
     >>> report["identity_residual_rel"] < 1e-9
     True

@@ -1,7 +1,6 @@
 """``rlid demo`` (what ``make demo`` runs): the main job on the embedded default.
 
-1. Warm start: pretrain the tiny model on random-play transcripts (cached after the
-   first run, so later demos skip it).
+1. Start: the shipped warm start (``--model tiny``, :mod:`rlid.starts`): loaded, not built.
 2. Decision-level PPO on training games of one setting.
 3. Held-out evaluation before and after, printed as a table; the run directory
    holds metrics, curves.png and summary.md.
@@ -45,13 +44,12 @@ def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int
 def _cmd_demo(args: argparse.Namespace) -> int:
     import envs as envs_pkg
     from envs.registry import parse_option_strings
-    from rlid.models import tiny_cache_dir
-    from rlid.pretrain import PretrainConfig, pretrain
     from rlid.runs.dir import is_empty_dir
+    from rlid.starts import check_shipped, read_manifest
     from rlid.trainer import train
 
     t0 = time.perf_counter()
-    # Everything the user gave is checked before the (long, first-time) warm start.
+    # Everything the user gave is checked before any model loads.
     options: dict[str, Any] = dict(DEMO_ENV_OPTIONS) if args.env == DEMO_ENV else {}
     options.update(parse_option_strings(args.env_option))
     envs_pkg.get_spec(args.env).resolve(options)
@@ -61,14 +59,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {out} is a file; give a directory")
     if not is_empty_dir(out):
         raise ValueError(f"--out {out} already holds files; choose another --out")
-    if not (tiny_cache_dir() / "pretrain.json").exists():
-        print("[1/3] warm start: pretraining the tiny model on random-play transcripts ...")
-        info = pretrain(PretrainConfig(threads=args.threads), progress=not args.quiet)
-        print(
-            f"      loss {info['first_loss']:.2f} -> {info['final_loss']:.2f} in {info['seconds']:.0f}s"
-        )
-    else:
-        print(f"[1/3] warm start: using the cached tiny model ({tiny_cache_dir()})")
+    manifest = read_manifest(check_shipped())
+    print(
+        f"[1/3] start: the shipped warm start 'tiny' ({manifest['sequences']} sequences of "
+        f"{manifest['recipe'].get('play', 'random')} play on training games; weights sha256 "
+        f"{manifest['weights']['sha256'][:12]}...)"
+    )
     print(f"[2/3] decision-level PPO on {args.env} {options} for {args.steps} env steps -> {out}")
     log = train(config, out, progress=not args.quiet)
     evals = __import__("json").loads((Path(log.path) / "eval.json").read_text())
@@ -86,7 +82,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="the main job: warm start, decision PPO, held-out table")
+    p = sub.add_parser("demo", help="the main job: the shipped start, decision PPO, held-out table")
     p.add_argument("--env", default=DEMO_ENV, help="env id")
     add_env_option_argument(p)
     p.add_argument("--steps", type=int, default=DEMO_STEPS, help="env-step budget")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from rlid.runs.export import export_run
+    from rlid.agents import export_run
 
     out = export_run(Path(args.run), Path(args.out), merge_lora=args.merge_lora)
     print(f"exported {args.run} to {out} (model, tokenizer, interface.json, README.md)")
@@ -21,8 +21,8 @@ def add_export_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Export the last checkpoint of RUN to the new directory OUT: save_pretrained model "
             "and tokenizer, interface.json (prompt interface and label set) and README.md (a "
-            "model card). Load it with rlid.runs.export.load_agent(OUT) or "
-            "DecisionPolicy.from_pretrained(OUT)."
+            "model card). Load it with rlid.agents.load_agent(OUT) or "
+            "rlid.agents.load_policy(OUT)."
         ),
     )
     p.add_argument("run", type=Path, help="run directory (from `rlid train`)")

@@ -11,9 +11,9 @@ from rlid.pretrain import PretrainConfig, pretrain
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from rlid.models import tiny_cache_dir
+    from rlid.starts import play_cache_dir
 
-    target = Path(args.out) if args.out else tiny_cache_dir()
+    target = Path(args.out) if args.out else play_cache_dir()
     if args.snapshot:
         info = _pretrain_mod.save_unfinished(target, Path(args.snapshot))
         loss = f"{info['loss']:.3f}" if info["loss"] is not None else "n/a"

@@ -14,7 +14,7 @@ from rlid.config import (
     config_from_args,
     given_values,
 )
-from rlid.planes import run_training
+from rlid.loop import run_training
 from rlid.runs.trackers import check_installed
 
 
@@ -64,7 +64,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
-    from rlid.runs.evaluate import evaluate_model, evaluate_run
+    from rlid.agents import EvalRequest, evaluate_model, evaluate_run
 
     if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
@@ -81,13 +81,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --model; a run has its own config")
         episodes = 32 if args.episodes is None else args.episodes
-        stats = evaluate_run(
-            Path(args.run), env=args.env, env_options=parse_option_strings(args.env_option),
-            episodes=episodes, **common,
+        request = EvalRequest(
+            env=args.env, env_options=parse_option_strings(args.env_option), episodes=episodes,
+            **common,
         )  # fmt: skip
+        stats = evaluate_run(Path(args.run), request)
     else:
         config, episodes = model_eval_config(args)
-        stats = evaluate_model(config, episodes=episodes, **common)
+        stats = evaluate_model(config, EvalRequest(episodes=episodes, **common))
     if args.episodes_out is not None and not args.walkthrough:  # stdout stays the stats
         print(f"episodes written to {args.episodes_out}", file=sys.stderr)
     if args.json:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlid.compare.run import PIDS_ENV, STOPPED
 from rlid.config import TrainConfig
-from rlid.planes import run_training
+from rlid.loop import run_training
 from rlid.runs.dir import write_json
 from rlid.runs.files import atomic_write_text
 from rlid.runs.stop import RunStopped

@@ -33,7 +33,7 @@ from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.report import heldout_path
-from rlid.planes import run_training
+from rlid.loop import run_training
 from rlid.runs import dir as rundir
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
 from rlid.runs.log import read_run_config
@@ -99,7 +99,7 @@ def check_model_available(run: RunSpec, *, instead: str = "leave the arm out wit
     """A run still to train needs its starting model now, not hours into the comparison.
 
     ``instead``: the other way out the error offers (`rlid eval` offers --model)."""
-    from rlid.models import TINY_NAME, TINY_RANDOM_NAME
+    from rlid.starts import TINY_NAME, TINY_RANDOM_NAME
 
     model = run.config.model
     if model in (TINY_NAME, TINY_RANDOM_NAME) or Path(model).expanduser().is_dir():
@@ -121,16 +121,17 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     When the held-out options equal the training options, the trainer's own
     before/after evaluation (split="heldout") already is this evaluation.
     """
-    from rlid.runs.evaluate import evaluate_run
+    from rlid.agents import EvalRequest, evaluate_run
 
     env = next(e for e in compare.envs if e.name == run.env)
     path = heldout_path(out, run)
     if env.heldout_matches_train or path.exists():
         return
-    stats = evaluate_run(
-        out / "runs" / run.name, env=env.env_id, env_options=dict(env.heldout_options),
-        split="heldout", episodes=compare.heldout_episodes,
+    request = EvalRequest(
+        env=env.env_id, env_options=dict(env.heldout_options), split="heldout",
+        episodes=compare.heldout_episodes,
     )  # fmt: skip
+    stats = evaluate_run(out / "runs" / run.name, request)
     rundir.write_json(path, {"after": stats})
 
 

@@ -1,4 +1,7 @@
-"""Run directories: atomic files, the run log, checkpoints, summaries and evaluation.
+"""Run directories, storage only: atomic files, the run log, checkpoints, locks, summaries.
+
+Nothing here imports the training core (the layering contract in ``pyproject.toml``
+checks it); evaluating and exporting a run live in :mod:`rlid.agents`.
 
 * :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``), appends,
   directories published by renames (:func:`~rlid.runs.files.staged_dir`).
@@ -8,6 +11,6 @@
 * :mod:`rlid.runs.pin`      — the starting model's path and weights hash.
 * :mod:`rlid.runs.log`      — :class:`RunLog`: what a trainer reads and writes.
 * :mod:`rlid.runs.summary`  — ``summary.md`` and ``curves.png``.
-* :mod:`rlid.runs.evaluate` — :func:`evaluate_run`: play a run's checkpoint.
+* :mod:`rlid.runs.trackers` — TensorBoard / W&B / MLflow, fed with every metrics row.
 * :mod:`rlid.runs.stop`     — SIGTERM / Ctrl-C: checkpoint the iteration, then stop.
 """

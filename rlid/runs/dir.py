@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from rlid.runs.files import append_line, atomic_write_text, remove_leftovers, staged_dir
 from rlid.runs.lock import LOCK_NAME
@@ -152,7 +153,6 @@ def save_checkpoint(
         given = {"state_dict": model_state} if model_state is not None else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")
-        from safetensors.torch import save_file
 
         for name, module in extra_modules.items():
             tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
@@ -222,7 +222,6 @@ def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str,
 
 
 def load_module_state(ckpt: Path, name: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
 
     path = Path(ckpt) / f"{name}.safetensors"
     if not path.exists():

@@ -15,8 +15,10 @@ implement it, two hosts are not kept apart.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -129,7 +131,6 @@ class RunLock:
         ``wait``: seconds to wait for a holder to let go (``None``: as long as it takes;
         a note on stderr says who is waited for).
         """
-        import fcntl
 
         key = str(self.path.resolve())
         previous = _HELD.get(key)
@@ -225,7 +226,6 @@ class RunLock:
         opened the lock file meanwhile finds it gone once it gets the lock, and
         :meth:`acquire` retakes the lock on a new file.
         """
-        import shutil
 
         self.check()
         try:  # best effort, as a clean-up: what cannot be removed stays, the lock goes

@@ -15,9 +15,11 @@ stops the run before it is logged or checkpointed, keeping the last good checkpo
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock
-from rlid.runs.pin import check_pin, model_pin
+from rlid.runs.pin import check_pin
 from rlid.runs.software import software_record
+from rlid.runs.state import LEGACY_NAME, legacy_message
+from rlid.runs.summary import write_curves, write_summary
 from rlid.runs.trackers import RunTrackers
 
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
@@ -105,8 +110,6 @@ class _Bar:
         self._done = initial
         self._tqdm = None
         if enabled:
-            from tqdm import tqdm
-
             self._tqdm = tqdm(
                 total=total, initial=initial, unit=unit, desc=unit.replace("_", " "),
                 file=sys.stderr,
@@ -136,8 +139,11 @@ class RunLog:
         resuming: bool,
         lock: RunLock | None = None,
         writer: bool = True,
+        pins: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.path = path
+        # what a model name resolves to now (rlid.starts.model_pin): recorded at start
+        self._pins = pins
         self.config = config
         self.resuming = resuming
         # Several processes (torchrun): rank 0 alone writes; the others only read.
@@ -155,36 +161,47 @@ class RunLog:
     # that fails during setup -- bad model path, bad env option -- leaves nothing behind.
     @classmethod
     def open(
-        cls, path: Path, config: TrainConfig | None, *, resume: bool, writer: bool = True
+        cls,
+        path: Path,
+        config: TrainConfig | None,
+        *,
+        resume: bool,
+        writer: bool = True,
+        pins: Callable[[str], dict[str, Any]] | None = None,
     ) -> RunLog:
+        """A new run directory (checked, written by :meth:`start`), or the run in ``path``
+        to resume (locked, its config). ``pins``: what a model name resolves to now
+        (:func:`rlid.starts.model_pin`), recorded at the start and checked on resume."""
         path = Path(path)
         if resume:
             saved, _ = read_run_config(path)  # a clear error before locking a non-run dir
             if not writer:  # several processes: rank 0 holds the lock and writes
                 resuming = (path / rundir.CHECKPOINT / "state.json").exists()
-                log = cls(path, saved, resuming=resuming, writer=False)
+                log = cls(path, saved, resuming=resuming, writer=False, pins=pins)
                 log.metrics = rundir.read_metrics(path) if resuming else []
                 return log
             lock = RunLock(path, "rlid train --resume").acquire()
             try:
-                return cls._open_resume(path, lock)
+                return cls._open_resume(path, lock, pins)
             except BaseException:
                 lock.release()
                 raise
         if config is None:
             raise ValueError("a config is required to start a new run")
         if not writer:  # rank 0 checks and creates the directory
-            return cls(path, config, resuming=False, writer=False)
+            return cls(path, config, resuming=False, writer=False, pins=pins)
         check_writable_dir(path)
         if not rundir.is_empty_dir(path):
             raise ValueError(
                 f"{path} already holds files; resume it with `rlid train --resume {path}` "
                 "or choose another --out"
             )
-        return cls(path, config, resuming=False)
+        return cls(path, config, resuming=False, pins=pins)
 
     @classmethod
-    def _open_resume(cls, path: Path, lock: RunLock) -> RunLog:
+    def _open_resume(
+        cls, path: Path, lock: RunLock, pins: Callable[[str], dict[str, Any]] | None
+    ) -> RunLog:
         saved, raw = read_run_config(path)  # again, now that no one else can write
         ckpt = rundir.recover_checkpoint_dir(path, tidy=True)  # the lock is held
         if ckpt is None:
@@ -192,9 +209,10 @@ class RunLog:
         else:
             check_checkpoint(ckpt, saved)
         needs_start_model = saved.lora_rank > 0 or saved.kl_coef > 0 or saved.beta > 0
-        if ckpt is not None and needs_start_model and raw.get("start_model"):
-            check_pin(raw["start_model"], path)
-        log = cls(path, saved, resuming=ckpt is not None, lock=lock)
+        recorded = raw.get("start_model")
+        if ckpt is not None and needs_start_model and recorded and pins is not None:
+            check_pin(recorded, pins(str(recorded["model"])), path)
+        log = cls(path, saved, resuming=ckpt is not None, lock=lock, pins=pins)
         log.metrics = rundir.read_metrics(path) if log.resuming else []
         return log
 
@@ -217,7 +235,7 @@ class RunLog:
                 {
                     "config": self.config.to_dict(),
                     "fingerprint": config_fingerprint(self.config),
-                    "start_model": model_pin(str(self.config.model)),
+                    "start_model": self._pin(),
                     "software": software_record(),
                     "history": [],
                 },
@@ -228,9 +246,13 @@ class RunLog:
             self._lock.check()
             rundir.write_metrics(self.path, [])
             raw = rundir.read_json(self.path / "config.json")
-            raw["start_model"] = model_pin(str(self.config.model))
+            raw["start_model"] = self._pin()
             raw["software"] = software_record()
             rundir.write_json(self.path / "config.json", raw)
+
+    def _pin(self) -> dict[str, Any]:
+        model = str(self.config.model)
+        return self._pins(model) if self._pins is not None else {"model": model}
 
     def _record_resuming_software(self, raw: dict[str, Any], iteration: int) -> None:
         """Append to config.json's ``resumed_with`` when other code resumes the run."""
@@ -432,7 +454,6 @@ class RunLog:
     def finish(self) -> None:
         if not self.writer:
             return
-        from rlid.runs.summary import write_curves, write_summary
 
         self._check_writer()
         try:
@@ -445,8 +466,6 @@ class RunLog:
 # ------------------------------------------------------------------------- resume checks
 def check_writable_dir(path: Path) -> None:
     """Fail early (before any model loads) when ``path`` cannot become a run directory."""
-    import errno
-    import os
 
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -462,7 +481,6 @@ def check_writable_dir(path: Path) -> None:
 
 def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
     """Every piece of a checkpoint is there (readability is checked as it loads)."""
-    from rlid.runs.state import LEGACY_NAME, legacy_message
 
     ckpt = Path(ckpt)
     if (ckpt / LEGACY_NAME).exists() and not (ckpt / f"{rundir.TRAINER_STATE}.json").exists():

@@ -1,9 +1,10 @@
 """Pin the model a run starts from: its resolved path and a content hash of its weights.
 
-A run records the pin when it starts; a resume that would load the starting model
-again (LoRA base, KL reference) checks that the same name still resolves to the
-same weights, so ``model = "tiny"`` cannot silently switch from a fresh to a warm
-start (or a rebuilt warm start) in the middle of a run.
+A run records the pin when it starts (``{"model", "origin", "path", "sha256"}``, made
+by :func:`rlid.starts.model_pin`); a resume that would load the starting model again
+(LoRA base, KL reference) checks that the same name still resolves to the same
+weights, so ``model = "tiny-play"`` cannot silently switch to a rebuilt start in the
+middle of a run. This module only hashes and compares.
 """
 
 from __future__ import annotations
@@ -28,24 +29,6 @@ def weights_hash(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def model_pin(name_or_path: str) -> dict[str, Any]:
-    """``{"model", "origin", "path", "sha256"}`` of what ``name_or_path`` loads now."""
-    from rlid.models import TINY_NAME, TINY_RANDOM_NAME, tiny_cache_dir
-
-    if name_or_path == TINY_RANDOM_NAME:
-        return {"model": name_or_path, "origin": "fresh", "path": None, "sha256": None}
-    if name_or_path == TINY_NAME:
-        cache = tiny_cache_dir()
-        if (cache / "config.json").is_file():
-            return {"model": name_or_path, "origin": "warm", "path": str(cache.resolve()),
-                    "sha256": weights_hash(cache)}  # fmt: skip
-        # deterministic: built from the embedded config with seed 0
-        return {"model": name_or_path, "origin": "fresh", "path": None, "sha256": None}
-    path = Path(name_or_path).expanduser().resolve()
-    return {"model": name_or_path, "origin": "local", "path": str(path),
-            "sha256": weights_hash(path)}  # fmt: skip
-
-
 def describe(pin: dict[str, Any]) -> str:
     if pin.get("origin") == "fresh":
         return f"{pin.get('model')!r} (the fresh random initialisation)"
@@ -53,9 +36,10 @@ def describe(pin: dict[str, Any]) -> str:
     return f"{pin.get('model')!r} = {pin.get('path')} (weights sha256 {sha}...)"
 
 
-def check_pin(recorded: dict[str, Any], where: Path) -> None:
-    """Refuse when the recorded starting model no longer resolves to the same weights."""
-    now = model_pin(str(recorded["model"]))
+def check_pin(recorded: dict[str, Any], now: dict[str, Any], where: Path) -> None:
+    """Refuse when the recorded starting model no longer resolves to the same weights
+    (``now``: the pin of ``recorded["model"]`` as it resolves today,
+    :func:`rlid.starts.model_pin`)."""
     if (now.get("origin"), now.get("sha256")) != (recorded.get("origin"), recorded.get("sha256")):
         raise ValueError(
             f"cannot resume {where}: it started from {describe(recorded)}, but that now "

@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import rlid
 
 LIBRARIES = ("torch", "transformers", "textworld")
@@ -80,7 +82,6 @@ def software_record() -> dict[str, Any]:
     record["python"] = platform.python_version()
     for name in LIBRARIES:
         record[name] = _version(name)
-    import torch
 
     record["cpu"] = cpu_name()
     record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()

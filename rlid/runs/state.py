@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 
 LEGACY_NAME = "trainer_state.pt"
 FORMAT = "rlid-state-1"
@@ -39,7 +42,6 @@ class StoredTensor:
         self.path, self.key, self.shape = path, key, shape
 
     def load(self) -> torch.Tensor:
-        from safetensors import safe_open
 
         with safe_open(str(self.path), framework="pt") as f:
             return f.get_tensor(self.key)
@@ -47,9 +49,6 @@ class StoredTensor:
 
 def materialize(value: Any) -> Any:
     """``value`` with every :class:`StoredTensor` in it read (each file opened once)."""
-    from contextlib import ExitStack
-
-    from safetensors import safe_open
 
     with ExitStack() as stack:
         opened: dict[Path, Any] = {}
@@ -126,7 +125,6 @@ def _decode(value: Any, tensors: dict[str, Any], where: str) -> Any:
 def save_state(stem: Path, obj: Any) -> None:
     """Write ``obj`` as ``stem.safetensors`` + ``stem.json`` (plain writes: callers
     put them in a temporary checkpoint directory that is renamed into place)."""
-    from safetensors.torch import save_file
 
     stem = Path(stem)
     tensors: dict[str, torch.Tensor] = {}
@@ -142,8 +140,6 @@ def load_state(stem: Path, *, lazy: bool = False) -> Any:
     ``lazy``: tensors come back as :class:`StoredTensor` (shape known, data read on
     :meth:`StoredTensor.load`); :func:`materialize` reads them all.
     """
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
 
     stem = Path(stem)
     json_path, tensor_path = stem.with_suffix(".json"), stem.with_suffix(".safetensors")

@@ -31,10 +31,7 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args
-
-TrackerName = Literal["tensorboard", "wandb", "mlflow"]
-TRACKERS: tuple[str, ...] = get_args(TrackerName)
+from typing import Any, Protocol
 
 # tracker name -> (module that must import, extra that installs it)
 _REQUIREMENTS: dict[str, tuple[str, str]] = {
@@ -50,30 +47,6 @@ class Tracker(Protocol):
     def log(self, metrics: dict[str, float], step: float) -> None: ...
 
     def close(self) -> None: ...
-
-
-def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """``"tensorboard,wandb"`` / ``["tensorboard"]`` / ``"none"`` -> validated names."""
-    if value is None:
-        return ()
-    items = [part for item in ([value] if isinstance(value, str) else value)
-             for part in str(item).split(",")]  # fmt: skip
-    names: list[str] = []
-    for item in items:
-        name = str(item).strip().lower()
-        if name in ("", "none"):
-            continue
-        if name == "all":
-            names += [n for n in TRACKERS if n not in names]
-            continue
-        if name not in TRACKERS:
-            raise ValueError(
-                f"report_to: unknown tracker {name!r}; choose from {', '.join(TRACKERS)} "
-                "(comma-separated) or none"
-            )
-        if name not in names:
-            names.append(name)
-    return tuple(names)
 
 
 def check_installed(names: Iterable[str]) -> None:

@@ -1,0 +1,306 @@
+"""Named starting models, and the model a run starts or resumes from.
+
+``--model`` takes a local Hugging Face directory or one of three names:
+
+* ``"tiny"`` -- **the default: the shipped warm start.** The tiny model taught by the
+  menus' marks, shipped inside the package (``rlid/data/start/``, a few MB of
+  safetensors) with a manifest that says how it was built, what its corpus saw (training
+  games only) and the sha256 of its weights, checked on every load. Loading it takes no
+  pretraining. ``rlid pretrain`` with the manifest's command rebuilds a start of the same
+  recipe (not bit-identical on another CPU: float kernels differ).
+* ``"tiny-play"`` -- the random-play warm start: the tiny model pretrained on
+  transcripts of uniformly random play, which can read a menu and write a command but
+  knows no task. Built on first use (minutes) into the cache (:func:`play_cache_dir`),
+  or ahead of time by ``rlid pretrain``.
+* ``"tiny-random"`` -- the tiny architecture's random initialisation (seed 0).
+
+Which one was loaded is never silent: the model carries ``model.rlid_origin``, one of
+``"shipped"``, ``"warm"`` (``tiny-play``), ``"fresh"`` or ``"local"``, and a log line
+(logger ``rlid.starts``) says the same with the directory. A run pins its starting
+model (:func:`model_pin`), so a resume that reloads it checks it is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from filelock import FileLock
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from envs.paths import cache_root
+from rlid.hardware import DTYPES
+from rlid.lora import apply_lora, attach_adapters
+from rlid.models import fresh_tiny_model, load_model_dir, own_memory
+from rlid.pretrain import PretrainConfig, pretrain
+from rlid.runs.pin import weights_hash
+from rlid.tokenizer import build_tiny_tokenizer
+
+logger = logging.getLogger(__name__)
+
+TINY_NAME = "tiny"
+TINY_PLAY_NAME = "tiny-play"
+TINY_RANDOM_NAME = "tiny-random"
+START_NAMES = (TINY_NAME, TINY_PLAY_NAME, TINY_RANDOM_NAME)
+MANIFEST = "manifest.json"
+
+PLAY_RECIPE: PretrainConfig | None = None
+"""The recipe a first-use build of ``tiny-play`` runs (``None``: :class:`PretrainConfig`'s
+defaults, what ``rlid pretrain`` runs). Tests put a tiny recipe here; a non-default
+recipe gets its own cache directory, so it never stands in for the real start."""
+
+
+# ------------------------------------------------------------------- the shipped start
+def shipped_dir() -> Path:
+    """The shipped warm start's directory, inside the installed package."""
+    return Path(__file__).resolve().parent / "data" / "start"
+
+
+def read_manifest(path: Path | None = None) -> dict[str, Any]:
+    """The shipped start's manifest (its recipe, corpus, sequences, weights' sha256)."""
+    file = (path or shipped_dir()) / MANIFEST
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"the shipped start's manifest {file} is unreadable: {err}") from None
+    if not isinstance(data, dict) or "weights" not in data:
+        raise ValueError(f"{file} is not a start manifest (no 'weights' entry)")
+    return data
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def check_shipped(path: Path | None = None) -> Path:
+    """The shipped start's directory, after checking its weights against the manifest."""
+    path = path or shipped_dir()
+    manifest = read_manifest(path)
+    weights = path / manifest["weights"]["file"]
+    if not weights.is_file():
+        raise FileNotFoundError(
+            f"the shipped start's weights {weights} are missing: reinstall rlid"
+        )
+    if file_sha256(weights) != manifest["weights"]["sha256"]:
+        raise ValueError(
+            f"the shipped start's weights {weights} do not match the sha256 in its manifest "
+            "(damaged or replaced): reinstall rlid"
+        )
+    return path
+
+
+def make_manifest(model_dir: Path, *, command: str, corpus: str) -> dict[str, Any]:
+    """A start manifest for a directory ``rlid pretrain`` wrote (its ``pretrain.json``):
+    the recipe, the command that rebuilds it, what its corpus saw, the number of
+    sequences, the weights' sha256, and the software and CPU that built it."""
+    record = json.loads((Path(model_dir) / "pretrain.json").read_text())
+    return {
+        "name": TINY_NAME,
+        "recipe": record["config"],
+        "command": command,
+        "corpus": corpus,
+        "sequences": record["sequences"],
+        "answered_labels": record.get("answered_labels"),
+        "final_loss": record.get("final_loss"),
+        "weights": {
+            "file": "model.safetensors",
+            "sha256": file_sha256(Path(model_dir) / "model.safetensors"),
+            "dtype": "float32",
+        },
+        "built_with": record.get("software"),
+    }
+
+
+# ------------------------------------------------------------ the random-play start
+def play_recipe() -> PretrainConfig:
+    return PLAY_RECIPE if PLAY_RECIPE is not None else PretrainConfig()
+
+
+def play_cache_dir() -> Path:
+    """Where ``tiny-play`` lives: ``<cache_root>/models/tiny-warm`` (``$RLID_CACHE_DIR``
+    moves the cache root); a non-default :data:`PLAY_RECIPE` in
+    ``tiny-warm-<hash of the recipe>``."""
+    recipe = play_recipe()
+    if recipe == PretrainConfig():
+        return cache_root() / "models" / "tiny-warm"
+    digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode()).hexdigest()
+    return cache_root() / "models" / f"tiny-warm-{digest[:12]}"
+
+
+def build_play_start(*, progress: bool = True) -> Path:
+    """Build ``tiny-play`` into :func:`play_cache_dir` unless it is there.
+
+    One process builds, others wait on a file lock and then load it. Prints one line
+    announcing the one-time cost; ``progress`` shows the pretraining progress bar.
+    """
+    cache = play_cache_dir()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache.parent / f".{cache.name}.lock")):
+        if _play_start_usable(cache):
+            return cache
+        recipe = play_recipe()
+        print(
+            f"rlid: building the random-play start {TINY_PLAY_NAME!r} once ({recipe.steps} "
+            "steps of language-model pretraining on random-play transcripts, minutes on a "
+            f"small CPU; cached in {cache}; `rlid pretrain` does this ahead of time)",
+            file=sys.stderr,
+            flush=True,
+        )
+        threads = torch.get_num_threads()
+        try:
+            pretrain(recipe, out=cache, progress=progress)
+        finally:
+            torch.set_num_threads(threads)  # pretraining sets its own; give the caller's back
+    return cache
+
+
+def _play_start_usable(cache: Path) -> bool:
+    """The cache holds a model built with today's tiny tokenizer."""
+    if not (cache / "config.json").is_file():
+        return False
+    try:
+        cached = AutoTokenizer.from_pretrained(cache, local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    if cached.get_vocab() == build_tiny_tokenizer().get_vocab():
+        return True
+    logger.warning(
+        "the start cache %s was built with a different tiny tokenizer; building it again",
+        cache,
+    )
+    return False
+
+
+# --------------------------------------------------------------------------- loading
+def load_policy_model(
+    name_or_path: str | os.PathLike[str] = TINY_NAME,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a policy model and its tokenizer (left padding, pad token set), in eval mode.
+
+    Args:
+        name_or_path: ``"tiny"`` (the shipped warm start), ``"tiny-play"`` (the
+            random-play start, built and cached on first use), ``"tiny-random"`` (the
+            random initialisation) or a local Hugging Face model directory. To load a
+            directory literally named ``tiny``, pass ``"./tiny"``.
+        dtype: parameter dtype.
+
+    Returns:
+        ``(model, tokenizer)``; ``model.rlid_origin`` says which (module docstring).
+
+    Raises:
+        FileNotFoundError: the path does not exist (models are never downloaded).
+        ValueError: the path is not a loadable Hugging Face model directory, or the
+            shipped start's weights do not match its manifest.
+
+    Example::
+
+        >>> model, tok = load_policy_model("tiny-random")
+        >>> model.rlid_origin
+        'fresh'
+    """
+    name = name_or_path if isinstance(name_or_path, str) else None
+    if name == TINY_RANDOM_NAME:
+        logger.info("using the random tiny model (%s)", TINY_RANDOM_NAME)
+        model, tokenizer = fresh_tiny_model(dtype=dtype)
+        origin = "fresh"
+    elif name == TINY_NAME:
+        path = check_shipped()
+        model, tokenizer = load_model_dir(path, dtype=dtype)
+        origin = "shipped"
+        logger.info("loaded the shipped warm start from %s", path)
+    elif name == TINY_PLAY_NAME:
+        path = build_play_start(progress=True)
+        model, tokenizer = load_model_dir(path, dtype=dtype)
+        origin = "warm"
+        logger.info("loaded the random-play start from %s", path)
+    else:
+        model, tokenizer = load_model_dir(name_or_path, dtype=dtype)
+        origin = "local"
+        logger.info("loaded policy model from %s", name_or_path)
+    model.rlid_origin = origin  # type: ignore[assignment]
+    return model, tokenizer
+
+
+def start_dir(name_or_path: str) -> Path | None:
+    """Where ``name_or_path``'s weights live (None: ``tiny-random``, built from a seed)."""
+    if name_or_path == TINY_RANDOM_NAME:
+        return None
+    if name_or_path == TINY_NAME:
+        return shipped_dir()
+    if name_or_path == TINY_PLAY_NAME:
+        return play_cache_dir()
+    return Path(name_or_path).expanduser()
+
+
+def model_pin(name_or_path: str) -> dict[str, Any]:
+    """``{"model", "origin", "path", "sha256"}`` of what ``name_or_path`` loads now
+    (recorded by a run when it starts: :mod:`rlid.runs.pin`)."""
+    if name_or_path == TINY_RANDOM_NAME:
+        return {"model": name_or_path, "origin": "fresh", "path": None, "sha256": None}
+    path = start_dir(name_or_path)
+    assert path is not None
+    origin = {TINY_NAME: "shipped", TINY_PLAY_NAME: "warm"}.get(name_or_path, "local")
+    if origin == "warm" and not (path / "config.json").is_file():
+        return {"model": name_or_path, "origin": "warm", "path": None, "sha256": None}
+    return {"model": name_or_path, "origin": origin, "path": str(path.resolve()),
+            "sha256": weights_hash(path)}  # fmt: skip
+
+
+def base_model_path(config: Any) -> str:
+    """Where a LoRA run's base weights live: the model directory, or a named start's.
+
+    Recorded as ``base_model_name_or_path`` in the adapters' config, so that
+    ``peft.AutoPeftModelForCausalLM.from_pretrained(checkpoint)`` finds them.
+    """
+    path = start_dir(str(config.model))
+    return TINY_RANDOM_NAME if path is None else str(path.resolve())
+
+
+def answered_labels(model_dir: str | os.PathLike[str] | None) -> dict[str, int] | None:
+    """``{label: count}`` of the decision answers the warm start in ``model_dir`` was
+    trained on, from its ``pretrain.json`` (written by ``rlid pretrain``); None when there
+    is no such record (another model, or a build from before it)."""
+    if model_dir is None or str(model_dir) == TINY_RANDOM_NAME:
+        return None
+    try:
+        record = json.loads((Path(model_dir) / "pretrain.json").read_text())
+    except (OSError, ValueError):
+        return None
+    labels = record.get("answered_labels") if isinstance(record, dict) else None
+    return labels if isinstance(labels, dict) else None
+
+
+def load_dtype(config: Any) -> torch.dtype:
+    """The dtype to load weights in: the run's weight dtype, except float32 for a fully
+    trained model under mixed precision (its master weights); loading in the final dtype
+    avoids a transient float32 copy of a large model."""
+    dtype_name = getattr(config, "dtype", "float32")
+    if getattr(config, "mixed_precision", "none") != "none" and config.lora_rank == 0:
+        return torch.float32
+    return DTYPES[dtype_name]
+
+
+def load_run_model(config: Any, log: Any) -> tuple[Any, Any]:
+    """The model a run starts or resumes from: base (+ adapters when ``lora_rank > 0``)."""
+    dtype = load_dtype(config)
+    model: torch.nn.Module
+    if config.lora_rank == 0:
+        source = log.checkpoint_model_dir() if log.resuming else config.model
+        model, tokenizer = load_policy_model(str(source), dtype=dtype)
+    else:
+        base, tokenizer = load_policy_model(str(config.model), dtype=dtype)
+        if not log.resuming:
+            model = apply_lora(base, config, base_model_path(config))
+        else:
+            model = attach_adapters(base, log.checkpoint_model_dir())
+    return own_memory(model), tokenizer
