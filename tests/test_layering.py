@@ -1,14 +1,19 @@
-"""The layering contract (pyproject.toml, import-linter) and the typed-package markers.
+"""The layering contract (pyproject.toml, import-linter), the import graph, and the
+typed-package markers.
 
-    envs  <-  menus  <-  rlid core  <-  baselines  <-  rlid.cli / rlid.compare
+    envs < menus < base (config, planes, names) < storage (rlid.runs) < core < baselines
+         < app (rlid.compare, rlid.cli)
 
 ``make test`` runs ``lint-imports`` itself; these tests show that the contract
-really fails on a wrong import (with a message naming it) and that no new module
-of the ``rlid`` core can escape the contract by not being listed in it.
+really fails on a wrong import (with a message naming it), that no new module of
+``rlid`` can escape the contract by not being listed in it, that the import graph has
+no circle (function-level and ``TYPE_CHECKING`` imports counted), and that imports
+inside functions are few and each says why.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -73,7 +78,7 @@ def test_every_rlid_module_is_named_in_the_layers_contract() -> None:
     present = {
         f"rlid.{p.stem}" if p.is_file() else f"rlid.{p.name}"
         for p in (ROOT / "rlid").iterdir()
-        if (p.suffix == ".py" and not p.stem.startswith("_"))
+        if (p.suffix == ".py" and p.stem != "__init__")
         or (p.is_dir() and (p / "__init__.py").exists())
     }
     missing = sorted(present - named)
@@ -85,3 +90,125 @@ def test_packages_ship_py_typed() -> None:
     for name in PACKAGES:
         assert (ROOT / name / "py.typed").exists()
         assert "py.typed" in data["package-data"][name]
+
+
+def test_storage_importing_the_core_breaks_the_contract(tmp_path: Path) -> None:
+    tree = _copy_tree(tmp_path)
+    files = tree / "rlid" / "runs" / "files.py"
+    files.write_text(files.read_text() + "\nimport rlid.trainer  # noqa: E402,F401\n")
+    result = _lint_imports(tree)
+    assert result.returncode != 0
+    assert "rlid.runs is not allowed to import rlid.trainer" in result.stdout
+    assert "rlid.runs.files -> rlid.trainer" in result.stdout
+
+
+# ------------------------------------------------------------------- the import graph
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: Path) -> list[tuple[ast.AST, list[str], bool]]:
+    """Every import statement of a file: (node, the names it imports, inside a function)."""
+    tree = ast.parse(path.read_text())
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            inside |= {id(sub) for sub in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        out.append((node, names, id(node) in inside))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _, names, _ in _imports(path):
+            for target in filter(None, map(owner, names)):
+                # a package importing its own children is not a circle
+                if target != name and not target.startswith(name + "."):
+                    edges[name].add(target)
+    return edges
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(edges) == [["a", "b", "c"]]
+
+
+MAX_FUNCTION_LEVEL_IMPORTS = 30
+
+
+def test_imports_inside_functions_are_few_and_say_why() -> None:
+    """An import inside a function hides a dependency from the contract's reader; it is
+    kept only where a comment on its line or the line above says why (an optional
+    dependency, a heavy one that most commands never need, CLI start-up speed)."""
+    local = []
+    unexplained = []
+    for path in _modules().values():
+        lines = path.read_text().splitlines()
+        for node, _, in_function in _imports(path):
+            if not in_function:
+                continue
+            local.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+            if "#" not in here and not above.startswith("#"):
+                unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: {here.strip()}")
+    assert not unexplained, "imports inside functions without a comment saying why:\n" + "\n".join(
+        unexplained
+    )
+    assert len(local) <= MAX_FUNCTION_LEVEL_IMPORTS, local
