@@ -12,19 +12,21 @@ are functions of the seed alone. What the policy sees:
   ``go forward`` into a wall) is still legal: it takes a step and changes nothing,
   exactly as in GLAM and BabyAI. A string outside the six is rlid's invalid action: a
   no-op that minigrid never sees (its step counter does not move);
-* reward: success is 1 point (``score`` 1 of ``max_score`` 1; reward = score delta), a
-  failed mission (a sequence done in the wrong order) is lost (``lost``, 0 points);
+* reward: success is 1 point (``score`` 1 of ``max_score`` 1; reward = score delta).
   BabyAI's own reward, ``1 - 0.9 * steps / max_steps`` on success and 0 otherwise, is
   ``info["babyai_reward"]`` at every step (``steps``: minigrid's count of the six
-  actions taken);
-* afterstates (exact): for each of the six actions a deep copy of the minigrid env
-  (a pickle round trip of the whole env), stepped once, rendered in the same text, with the built-in games' outcome note when
-  it ends the game: ``"... (+1 point, you win)"`` or ``"... (you lose)"`` (read by
-  :func:`envs.outcome.read_outcome`). An afterstate without a note equals the next
-  observation; with one, it is the next observation plus the note;
-* walkthrough: BabyAI's bot (``minigrid.utils.baby_ai_bot.BabyAIBot``) run on a copy
-  of the reset game, as commands (cached per game); ``None`` in the rare game where the
-  bot does not win within the step limit;
+  actions taken). A mission minigrid's verifier calls failed would be lost (``lost``,
+  0 points), but the verifiers of these levels are not strict: no game here can be
+  lost (a sequence done in the wrong order just goes on);
+* afterstates (exact): for each of the six actions a deep copy of the minigrid env (a
+  pickle round trip of the whole env), stepped once, rendered in the same text, with
+  the built-in games' outcome note when it ends the game: ``"... (+1 point, you
+  win)"`` or ``"... (you lose)"`` (read by :func:`envs.outcome.read_outcome`). An
+  afterstate without a note equals the next observation; with one, it is the next
+  observation plus the note;
+* walkthrough: BabyAI's bot (``minigrid.utils.baby_ai_bot.BabyAIBot``) run on a fresh
+  build of the same game, as commands (cached per game); ``None`` if the bot does not
+  win within the step limit (it won held-out games 0-199 of every level);
 * truncation: after BabyAI's own step limit (room size squared x rooms x navigations
   the mission needs: 64 for GoToLocal, 128 for PutNextLocal), or ``max_episode_steps``
   when given (minigrid's limit is set to the same number, so BabyAI's reward uses it).
