@@ -203,6 +203,7 @@ def test_the_same_seed_gives_the_same_episode(level):
     assert episode() == episode()
 
 
+@pytest.mark.slow  # ~5 s: 1,000 states x 6 copied envs
 def test_afterstates_equal_the_next_observation_on_1000_random_pairs():
     rng = random.Random(0)
     env = envs.make("babyai-text", level="MixedTrainLocal", num_games=1000)
