@@ -133,7 +133,7 @@ def lockstep_ms(batch: Any, count: int, steps: int, seed: int) -> float:
     infos = [info for _, info in batch.reset_many(indices, seeds)]
     times = []
     for _ in range(steps):
-        actions = [i["legal_actions"][int(rng.integers(len(i["legal_actions"])))] for i in infos]
+        actions = [x["legal_actions"][int(rng.integers(len(x["legal_actions"])))] for x in infos]
         start = time.perf_counter()
         results = batch.step_many(indices, actions)
         times.append(time.perf_counter() - start)
@@ -149,7 +149,7 @@ def measure_workers(env_id: str, count: int, workers: int, steps: int) -> tuple[
     from rlid.env_workers import InProcessEnvs, WorkerEnvs
 
     options = {**options_for(env_id), "split": "train", "max_episode_steps": 100}
-    options.pop("game_seed")  # a game per reset seed, as in training
+    options.pop("game_seed", None)  # a game per reset seed, as in training
     in_process = InProcessEnvs([envs.make(env_id, **options) for _ in range(count)])
     lockstep_ms(in_process, count, 2, seed=1)  # generate / cache the games first
     local = lockstep_ms(in_process, count, steps, seed=0)
