@@ -14,7 +14,13 @@ and ``afterstates=True``, play the same random action sequence in lockstep; only
 Paired, alternating timing and medians keep a shared machine's load out of the
 difference as far as possible.
 
+With ``--env-workers W`` a second table follows: ``--envs N`` envs of each id (afterstates
+on, a game per reset seed as in training) stepped in lockstep in this process and then
+in ``W`` worker processes (``rlid.env_workers``), the same games and random actions:
+median milliseconds per lockstep step of all N envs, and the speed-up.
+
     python benchmarks/env_throughput.py [--steps 300] [--rounds 3] [--only tw-simple]
+        [--env-workers 2 --envs 8]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ SMALL_OPTIONS: dict[str, dict[str, Any]] = {
     "tw-treasure_hunter": {"level": 5},
     "tw-cooking": {"recipe": 2, "take": 1, "go": 6, "open": True, "cook": True, "cut": True},
     "tw-custom": {"world_size": 3, "nb_objects": 6, "quest_length": 3},
+    "babyai-text": {"level": "MixedTrainLocal"},
 }
 
 
@@ -117,11 +124,50 @@ def measure(env_id: str, steps: int, rounds: int) -> dict[str, float | None]:
     }
 
 
+def lockstep_ms(batch: Any, count: int, steps: int, seed: int) -> float:
+    """Median milliseconds per lockstep step of ``count`` envs (finished ones are reset,
+    untimed, with the reset seed they started with)."""
+    rng = np.random.default_rng(seed)
+    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=count)]
+    indices = list(range(count))
+    infos = [info for _, info in batch.reset_many(indices, seeds)]
+    times = []
+    for _ in range(steps):
+        actions = [x["legal_actions"][int(rng.integers(len(x["legal_actions"])))] for x in infos]
+        start = time.perf_counter()
+        results = batch.step_many(indices, actions)
+        times.append(time.perf_counter() - start)
+        infos = [r[4] for r in results]
+        ended = [i for i, r in enumerate(results) if r[2] or r[3]]
+        for i, (_, info) in zip(ended, batch.reset_many(ended, [seeds[i] for i in ended])):
+            infos[i] = info
+    return 1e3 * float(np.median(times))
+
+
+def measure_workers(env_id: str, count: int, workers: int, steps: int) -> tuple[float, float]:
+    """``(in-process ms, worker ms)`` per lockstep step of ``count`` envs of ``env_id``."""
+    from rlid.env_workers import InProcessEnvs, WorkerEnvs
+
+    options = {**options_for(env_id), "split": "train", "max_episode_steps": 100}
+    options.pop("game_seed", None)  # a game per reset seed, as in training
+    in_process = InProcessEnvs([envs.make(env_id, **options) for _ in range(count)])
+    lockstep_ms(in_process, count, 2, seed=1)  # generate / cache the games first
+    local = lockstep_ms(in_process, count, steps, seed=0)
+    with WorkerEnvs(env_id, options, count, workers=workers) as pool:
+        lockstep_ms(pool, count, 2, seed=1)
+        pooled = lockstep_ms(pool, count, steps, seed=0)
+    return local, pooled
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="games played (seeds 0..rounds-1)")
     parser.add_argument("--only", nargs="*", default=None, help="env ids to measure")
+    parser.add_argument(
+        "--env-workers", type=int, default=0, help="also step --envs envs in this many workers"
+    )
+    parser.add_argument("--envs", type=int, default=8, help="envs per lockstep step (workers)")
     args = parser.parse_args(argv)
     header = (
         f"{'env id':<20} {'steps/s':>9} {'steps/s+as':>10} {'rows':>6} "
@@ -137,6 +183,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{m['us_per_row']:>8.1f} {m['ratio']:>7.1%} {ssr:>25}",
             flush=True,
         )
+    if args.env_workers > 0:
+        print(f"\nlockstep step of {args.envs} envs (afterstates on), median ms:")
+        print(
+            f"{'env id':<20} {'in process':>10} {f'{args.env_workers} workers':>10} {'speed-up':>9}"
+        )
+        for env_id in args.only or envs.list_envs():
+            local, pooled = measure_workers(env_id, args.envs, args.env_workers, args.steps)
+            print(
+                f"{env_id:<20} {local:>10.2f} {pooled:>10.2f} {local / pooled:>8.2f}x", flush=True
+            )
 
 
 if __name__ == "__main__":

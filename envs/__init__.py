@@ -15,6 +15,7 @@ This package never imports torch.
 
 from __future__ import annotations
 
+from envs import babyai as _babyai  # noqa: F401  (registers babyai-text; lazy minigrid)
 from envs import builtin as _builtin  # noqa: F401  (registers the built-in games)
 from envs.base import TextGameEnv
 from envs.gym_ids import gym_id

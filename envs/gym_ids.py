@@ -32,6 +32,7 @@ GYM_NAMES: dict[str, tuple[str, int]] = {
     "tw-cooking": ("TextWorld-Cooking", 0),
     "tw-custom": ("TextWorld-Custom", 0),
     "tw-file": ("TextWorld-File", 0),
+    "babyai-text": ("BabyAIText", 0),
 }
 
 
