@@ -1,4 +1,4 @@
-"""The token plane and the action-scoring plane, beside the decision plane (DESIGN §6).
+"""The token plane and the action-scoring plane, beside the decision plane (docs/design.md §6).
 
 * :mod:`baselines.losses`        — GRPO / Dr. GRPO / DAPO / GSPO / CISPO losses, TIS / IcePop.
 * :mod:`baselines.parse`         — generated text -> a legal action (documented normalisation).

@@ -1,6 +1,6 @@
 """Rollout engines: who samples the token plane's completions, and with which log-probs.
 
-An engine is a small object (DESIGN §6, §10)::
+An engine is a small object (docs/design.md §6, §10)::
 
     engine.generate(prompt_ids, max_new_tokens, generator, stop_ids)
         -> (completion_ids, logp_rollout)      # ragged lists, one per prompt

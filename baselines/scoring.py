@@ -23,7 +23,7 @@ By default the prompts run once, in one forward that keeps their KV cache, and a
 K completions of all decisions run in a second forward on top of it (the prompt's
 keys and values repeated per action), so a prompt of P tokens with K completions of
 C tokens costs P + K·C positions, not K·(P + C); ``tokens_processed`` counts the
-positions actually run, so the price stays visible in the budget (DESIGN §8).
+positions actually run, so the price stays visible in the budget (docs/design.md §8).
 
 :class:`ScoringPolicy` has the interface of :class:`rlid.policy.DecisionPolicy`
 (``act`` -> :class:`rlid.policy.Decision`, ``score``, ``max_menu_size``,

@@ -9,7 +9,7 @@ by the rule in ``baselines.parse``. A command that does not parse is sent to the
 env verbatim: a no-op step with ``info["invalid_action"]``.
 
 Each call returns one :class:`Generation` per env with the token ids and the two
-rollout-time log-probs the update needs (DESIGN §6):
+rollout-time log-probs the update needs (docs/design.md §6):
 
 Both are log-probs of the behaviour event: softmax(logits / T) at the sampling
 temperature T (kept in ``Generation.temperature``; the update re-scores at it).

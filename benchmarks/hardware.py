@@ -1,4 +1,4 @@
-"""One-process hardware controls, side by side in one run (DESIGN §10).
+"""One-process hardware controls, side by side in one run (docs/design.md §10).
 
 1. Env workers: median lockstep step time (and reset time) of N TextWorld envs
    stepped in this process (``env_workers=0``) vs in worker processes

@@ -2,7 +2,7 @@
 
 A :class:`TextGameEnv` is a ``gymnasium.Env`` whose observations and actions are
 strings. Subclasses implement a handful of ``_game_*`` hooks; this base class owns
-the contract of DESIGN.md §3:
+the contract of docs/design.md §3:
 
 * ``reset(seed=...) -> (obs, info)`` and ``step(action) -> (obs, reward,
   terminated, truncated, info)``; reward = score delta.

@@ -1,4 +1,4 @@
-"""Legal actions -> a labelled menu with afterstates and memory (DESIGN.md §4).
+"""Legal actions -> a labelled menu with afterstates and memory (docs/design.md §4).
 
     >>> import numpy as np
     >>> from menus import Interface, compile_menu, make_memory

@@ -1,4 +1,4 @@
-"""The interface spec: what a policy sees at each decision (DESIGN.md §4, §8).
+"""The interface spec: what a policy sees at each decision (docs/design.md §4, §8).
 
 An :class:`Interface` is written into every run's config; comparisons between the
 decision plane and the token plane check it with :meth:`Interface.diff`.

@@ -1,4 +1,4 @@
-"""Menu labels that are single tokens of the model's tokenizer (DESIGN.md §4).
+"""Menu labels that are single tokens of the model's tokenizer (docs/design.md §4).
 
 The decision plane reads the logits of the label tokens at the answer position,
 so every label must be exactly one token *in the context where it is read*

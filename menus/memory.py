@@ -1,4 +1,4 @@
-"""Memory providers: the short "Memory:" field of a menu prompt (DESIGN.md §4).
+"""Memory providers: the short "Memory:" field of a menu prompt (docs/design.md §4).
 
 A provider sees each transition (``update(obs, action, info)`` after every
 ``env.step``) and renders one short line. The default model is tiny and slow, so

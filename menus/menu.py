@@ -1,4 +1,4 @@
-"""Compile a state's legal actions into a labelled, immutable menu (DESIGN.md §4).
+"""Compile a state's legal actions into a labelled, immutable menu (docs/design.md §4).
 
 Row ``i`` of a menu shows ``labels[i]``, the legal action
 ``legal_actions[permutation[i]]`` and its predicted afterstate. With an ``rng``

@@ -1,7 +1,7 @@
 """Budget counters in several currencies, and a wall-time split by phase.
 
 A comparison between planes is honest only if it states what each arm spent
-(DESIGN.md §8): env steps, episodes, decisions, forward passes, tokens processed,
+(docs/design.md §8): env steps, episodes, decisions, forward passes, tokens processed,
 generated samples (filtered ones included), optimizer steps and wall time.
 Counters are plain integers so they reduce across processes by summation.
 """

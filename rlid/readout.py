@@ -2,7 +2,7 @@
 
 Each prompt ends where the answer label is read (``"...\\nAnswer:"``); the next
 token's logits at the last position, gathered at the legal labels' token ids and
-normalised over them, are the policy over the menu's rows (DESIGN §5):
+normalised over them, are the policy over the menu's rows (docs/design.md §5):
 
     log pi(a_k | s) = log_softmax_k( logits[T-1, label_id_k] ),  k < K_b
 

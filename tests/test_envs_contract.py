@@ -1,4 +1,4 @@
-"""The env contract of DESIGN.md §3, checked for every registered env id.
+"""The env contract of docs/design.md §3, checked for every registered env id.
 
 TextWorld ids (``tw-*``) need compiled games and have their own tests; every
 other id is checked here with its default options.

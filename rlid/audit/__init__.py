@@ -1,4 +1,4 @@
-"""The marginalization variance identity, checked exactly (DESIGN.md §7; ``rlid audit``).
+"""The marginalization variance identity, checked exactly (docs/design.md §7; ``rlid audit``).
 
 * :mod:`rlid.audit.run`         — :func:`audit` and :class:`AuditConfig`: the whole audit.
 * :mod:`rlid.audit.exact`       — exact enumeration of wordings and their scores (float64).

@@ -1,4 +1,4 @@
-"""Exact enumeration for the marginalization variance identity (DESIGN.md §7).
+"""Exact enumeration for the marginalization variance identity (docs/design.md §7).
 
 The text policy is the model's distribution over complete commands after a
 token-plane prompt, restricted to an enumerated set of wordings and renormalised:

@@ -1,4 +1,4 @@
-"""Exact moments of the two estimators over enumerated outcomes (DESIGN.md §7).
+"""Exact moments of the two estimators over enumerated outcomes (docs/design.md §7).
 
 Given the score vectors of :mod:`rlid.audit.exact`, the token-plane estimator
 g_y = A · ∇log π̃(y|s) and the decision estimator g_a = A · ∇log π̃(a|s) take finitely

@@ -1,4 +1,4 @@
-"""``rlid audit``: the marginalization variance identity, checked exactly (DESIGN.md §7).
+"""``rlid audit``: the marginalization variance identity, checked exactly (docs/design.md §7).
 
 A text policy π(y|s) writes wordings y; each maps to an action a = f(y); the
 advantage A(a) depends on the action only. The token-plane estimator is

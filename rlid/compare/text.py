@@ -1,6 +1,6 @@
 """The markdown of a comparison report, from the results dictionary alone.
 
-Order follows DESIGN.md §8: what differed between arms (interface) first, then
+Order follows docs/design.md §8: what differed between arms (interface) first, then
 the shared budget and seeds, held-out results with intervals, the budget spent in
 every currency, who leads on each currency's axis, and the cost tables.
 """

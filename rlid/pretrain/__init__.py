@@ -1,6 +1,6 @@
 """Warm start: language-model pretraining of the tiny model on random-play transcripts.
 
-DESIGN.md §9: both planes should start from a model that can *read a menu and
+docs/design.md §9: both planes should start from a model that can *read a menu and
 write a command* but knows no task. So the transcripts come from a uniformly
 random policy on training games: each step gives two sequences,
 
