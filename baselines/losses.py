@@ -329,23 +329,53 @@ def _check_shapes(logp: Tensor, advantages: Tensor, **same_as_logp: Tensor | Non
         )
 
 
+@dataclass(frozen=True)
+class TokenLoss:
+    """Which token-plane loss, with which clip range and train-inference correction.
+
+    Attributes:
+        variant: "grpo" | "dr_grpo" | "dapo" | "gspo" | "cispo".
+        eps_low, eps_high: clip range; None: the paper's (GRPO/Dr. GRPO 0.2 symmetric,
+            DAPO 0.2/0.28, GSPO 3e-4/4e-4, CISPO upper 4.0 only).
+        max_len: generation budget, the constant normaliser of Dr. GRPO.
+        mismatch: "none" | "tis" | "icepop", applied to rho = π_old/μ.
+        tis_cap: TIS cap C in min(rho, C).
+        icepop_low, icepop_high: IcePop keeps rho in [low, high], zeros it outside.
+        beta: weight of the k3 KL estimator exp(ref−logp) − (ref−logp) − 1.
+    """
+
+    variant: Variant
+    eps_low: float | None = None
+    eps_high: float | None = None
+    max_len: int | None = None
+    mismatch: Mismatch = "none"
+    tis_cap: float = 2.0
+    icepop_low: float = 0.5
+    icepop_high: float = 5.0
+    beta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _lookup(VARIANTS, self.variant, "variant")
+        _lookup(MISMATCH_RULES, self.mismatch, "mismatch")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.tis_cap <= 0 or not 0 <= self.icepop_low <= self.icepop_high:
+            raise ValueError(
+                f"need tis_cap > 0 and 0 <= icepop_low <= icepop_high, got "
+                f"tis_cap={self.tis_cap}, icepop_low={self.icepop_low}, "
+                f"icepop_high={self.icepop_high}"
+            )
+
+
 def token_policy_loss(
     logp: Tensor,
     logp_old: Tensor,
     advantages: Tensor,
     mask: Tensor,
     *,
-    variant: Variant,
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    max_len: int | None = None,
+    loss: TokenLoss,
     logp_rollout: Tensor | None = None,
-    mismatch: Mismatch = "none",
-    tis_cap: float = 2.0,
-    icepop_low: float = 0.5,
-    icepop_high: float = 5.0,
     logp_ref: Tensor | None = None,
-    beta: float = 0.0,
     normaliser: Tensor | float | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Policy loss of one token-plane variant, with optional mismatch correction and KL.
@@ -355,16 +385,9 @@ def token_policy_loss(
         logp_old: (B, T) log π_old, the trainer at rollout time.
         advantages: (B,) one advantage per sequence.
         mask: (B, T) 1 (or True) on completion tokens, 0 elsewhere.
-        variant: "grpo" | "dr_grpo" | "dapo" | "gspo" | "cispo".
-        eps_low, eps_high: clip range; defaults from the papers (GRPO/Dr. GRPO
-            0.2 symmetric, DAPO 0.2/0.28, GSPO 3e-4/4e-4, CISPO upper 4.0 only).
-        max_len: generation budget, the constant normaliser of Dr. GRPO.
+        loss: the variant and its settings (:class:`TokenLoss`).
         logp_rollout: (B, T) log μ of the sampling engine; needed by "tis"/"icepop".
-        mismatch: "none" | "tis" | "icepop", applied to rho = π_old/μ.
-        tis_cap: TIS cap C in min(rho, C).
-        icepop_low, icepop_high: IcePop keeps rho in [low, high], zeros it outside.
         logp_ref: (B, T) log π_ref; needed when beta > 0.
-        beta: weight of the k3 KL estimator exp(ref−logp) − (ref−logp) − 1.
         normaliser: the aggregation's denominator (``aggregation_normaliser`` over the
             whole minibatch when this batch is one micro-batch of it, or over all ranks);
             None: this batch's own. Metrics stay means over this batch.
@@ -378,6 +401,7 @@ def token_policy_loss(
         or ``icepop_masked_frac`` (same units as clip_frac); ``k3_mean`` when
         beta > 0.
     """
+    variant, mismatch, beta, max_len = loss.variant, loss.mismatch, loss.beta, loss.max_len
     spec: VariantSpec = _lookup(VARIANTS, variant, "variant")
     rule: MismatchRule = _lookup(MISMATCH_RULES, mismatch, "mismatch")
     _check_shapes(
@@ -390,16 +414,9 @@ def token_policy_loss(
     )
     if mismatch != "none" and logp_rollout is None:
         raise ValueError(f"mismatch={mismatch!r} needs logp_rollout (log-probs of the sampler)")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta}")
     if beta > 0 and logp_ref is None:
         raise ValueError("beta > 0 needs logp_ref (log-probs of the reference policy)")
-    if tis_cap <= 0 or not 0 <= icepop_low <= icepop_high:
-        raise ValueError(
-            f"need tis_cap > 0 and 0 <= icepop_low <= icepop_high, got "
-            f"tis_cap={tis_cap}, icepop_low={icepop_low}, icepop_high={icepop_high}"
-        )
-    eps_low, eps_high = _clip_range(variant, spec, eps_low, eps_high)
+    eps_low, eps_high = _clip_range(variant, spec, loss.eps_low, loss.eps_high)
 
     tokens = mask != 0  # (B, T) bool
     mask_f = tokens.to(logp.dtype)
@@ -412,7 +429,9 @@ def token_policy_loss(
     else:
         log_rho = torch.where(tokens, logp_old - logp_rollout, 0.0).detach()  # log π_old/μ
 
-    weigh = partial(rule, tis_cap=tis_cap, icepop_low=icepop_low, icepop_high=icepop_high)
+    weigh = partial(
+        rule, tis_cap=loss.tis_cap, icepop_low=loss.icepop_low, icepop_high=loss.icepop_high
+    )
     loss_tok, metrics = spec.surrogate(
         logp_safe, log_ratio, log_rho, advantages, mask_f, weigh, eps_low=eps_low, eps_high=eps_high
     )
@@ -424,7 +443,7 @@ def token_policy_loss(
         metrics["k3_mean"] = _masked_mean(k3, mask_f)
     if normaliser is None:
         normaliser = aggregation_normaliser(variant, mask_f.sum(-1), max_len)
-    loss = spec.aggregate(loss_tok, mask_f, normaliser)
+    total = spec.aggregate(loss_tok, mask_f, normaliser)
 
     with torch.no_grad():
         metrics["approx_kl"] = _masked_mean(torch.expm1(log_ratio) - log_ratio, mask_f)
@@ -432,7 +451,7 @@ def token_policy_loss(
             rho = torch.exp(log_rho)
             metrics["rho_mean"] = torch.where(tokens.any(), _masked_mean(rho, mask_f), 1.0)
             metrics["rho_min"], metrics["rho_max"] = _masked_min_max(rho, tokens, empty=1.0)
-    return loss, {name: value.detach() for name, value in metrics.items()}
+    return total, {name: value.detach() for name, value in metrics.items()}
 
 
 # ---------------------------------------------------------------------------

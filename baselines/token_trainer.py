@@ -47,6 +47,7 @@ from torch import Tensor
 
 from baselines.engine import completion_logprobs, make_engine
 from baselines.losses import (
+    TokenLoss,
     aggregation_normaliser,
     group_advantages,
     nonzero_variance_groups,
@@ -392,13 +393,15 @@ def _token_micro_step(
             aligned([g.logp_old for g in batch]),
             advantages.to(device=device, dtype=torch.float32),
             mask,
-            variant=config.algo,
-            max_len=config.max_new_tokens,
             logp_rollout=aligned([g.logp_rollout for g in batch]),
-            mismatch=config.mismatch,
             logp_ref=logp_ref,
-            beta=config.beta,
             normaliser=normaliser.to(device),
+            loss=TokenLoss(
+                variant=config.algo,
+                max_len=config.max_new_tokens,
+                mismatch=config.mismatch,
+                beta=config.beta,
+            ),
         )
         stepper.backward(loss, weight)
     budget.forward_passes += 1

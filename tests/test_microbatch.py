@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from baselines.losses import aggregation_normaliser, normaliser_units, token_policy_loss
+from baselines.losses import TokenLoss, aggregation_normaliser, normaliser_units, token_policy_loss
 from rlid.optim import minibatches
 from rlid.ppo import PPOCoefs, decision_ppo_loss
 
@@ -78,11 +78,7 @@ def _token_grad(variant, batch, micro: int, normaliser):
     total = torch.zeros(())
     for start in range(0, B, micro):
         part = slice(start, start + micro)
-        loss, _ = token_policy_loss(
-            leaf[part], logp_old[part], advantages[part], mask[part], variant=variant,
-            max_len=6, logp_rollout=logp_rollout[part], mismatch="tis",
-            logp_ref=logp_ref[part], beta=0.05, normaliser=normaliser,
-        )  # fmt: skip
+        loss, _ = token_policy_loss(leaf[part], logp_old[part], advantages[part], mask[part], logp_rollout=logp_rollout[part], logp_ref=logp_ref[part], normaliser=normaliser, loss=TokenLoss(variant=variant, max_len=6, mismatch="tis", beta=0.05))  # fmt: skip
         loss.backward()
         total = total + loss.detach()
     return leaf.grad, total

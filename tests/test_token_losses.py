@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from baselines.losses import (
     MISMATCH_RULES,
     VARIANTS,
+    TokenLoss,
     group_advantages,
     nonzero_variance_groups,
     overlong_penalty,
@@ -52,15 +54,22 @@ def base_batch(garbage: float = GARBAGE) -> dict[str, torch.Tensor]:
     }
 
 
+LOSS_FIELDS = {f.name for f in dataclasses.fields(TokenLoss)}
+
+
 def run(batch: dict[str, torch.Tensor], **kwargs):
+    """token_policy_loss on ``batch`` with ``kwargs`` (TokenLoss fields among them)."""
     args = dict(batch)
+    settings = {k: v for k, v in kwargs.items() if k in LOSS_FIELDS}
+    rest = {k: v for k, v in kwargs.items() if k not in LOSS_FIELDS}
     return token_policy_loss(
         args.pop("logp"),
         args.pop("logp_old"),
         args.pop("advantages"),
         args.pop("mask"),
+        loss=TokenLoss(**settings),
         **args,
-        **kwargs,
+        **rest,
     )
 
 
@@ -167,12 +176,12 @@ def test_tis_keeps_small_rho_icepop_zeros_it():
     # one token, r = 1 (no staleness), A = 1, rho = 0.25: TIS weight 0.25, IcePop weight 0
     logp = torch.zeros(1, 1, dtype=DT)
     rollout = logp - math.log(0.25)
-    common = dict(variant="dapo", logp_rollout=rollout)
+    one = (logp, logp, torch.ones(1, dtype=DT), torch.ones(1, 1))
     tis, _ = token_policy_loss(
-        logp, logp, torch.ones(1, dtype=DT), torch.ones(1, 1), mismatch="tis", **common
+        *one, logp_rollout=rollout, loss=TokenLoss(variant="dapo", mismatch="tis")
     )
     ice, _ = token_policy_loss(
-        logp, logp, torch.ones(1, dtype=DT), torch.ones(1, 1), mismatch="icepop", **common
+        *one, logp_rollout=rollout, loss=TokenLoss(variant="dapo", mismatch="icepop")
     )
     assert tis.item() == pytest.approx(-0.25)
     assert ice.item() == 0.0
@@ -187,9 +196,8 @@ def test_icepop_keeps_rho_unchanged_inside_range(rho):
         logp,
         torch.ones(1, dtype=DT),
         torch.ones(1, 1),
-        variant="dapo",
-        mismatch="icepop",
         logp_rollout=logp - math.log(rho),
+        loss=TokenLoss(variant="dapo", mismatch="icepop"),
     )
     assert loss.item() == pytest.approx(-rho)
 
@@ -217,9 +225,11 @@ def test_gspo_differs_from_token_average_with_an_outlier():
     logp = torch.zeros(1, 4, dtype=DT, requires_grad=True)
     logp_old = torch.tensor([[0.0, 0.0, 0.0, -math.log(3.0)]], dtype=DT)
     adv, mask = torch.ones(1, dtype=DT), torch.ones(1, 4)
-    tok, _ = token_policy_loss(logp, logp_old, adv, mask, variant="grpo")
+    tok, _ = token_policy_loss(logp, logp_old, adv, mask, loss=TokenLoss(variant="grpo"))
     (tok_grad,) = torch.autograd.grad(tok, logp)
-    seq, _ = token_policy_loss(logp, logp_old, adv, mask, variant="gspo", eps_low=0.2, eps_high=0.2)
+    seq, _ = token_policy_loss(
+        logp, logp_old, adv, mask, loss=TokenLoss(variant="gspo", eps_low=0.2, eps_high=0.2)
+    )
     (seq_grad,) = torch.autograd.grad(seq, logp)
     assert tok.item() == pytest.approx(-1.05)
     assert seq.item() == pytest.approx(-1.2)
@@ -234,9 +244,11 @@ def test_dr_grpo_constant_normaliser_vs_grpo_length_mean():
     logp = torch.zeros(2, 3, dtype=DT, requires_grad=True)
     mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
     adv = torch.ones(2, dtype=DT)
-    grpo, _ = token_policy_loss(logp, logp.detach(), adv, mask, variant="grpo")
+    grpo, _ = token_policy_loss(logp, logp.detach(), adv, mask, loss=TokenLoss(variant="grpo"))
     (g_grpo,) = torch.autograd.grad(grpo, logp)
-    dr, _ = token_policy_loss(logp, logp.detach(), adv, mask, variant="dr_grpo", max_len=4)
+    dr, _ = token_policy_loss(
+        logp, logp.detach(), adv, mask, loss=TokenLoss(variant="dr_grpo", max_len=4)
+    )
     (g_dr,) = torch.autograd.grad(dr, logp)
     assert grpo.item() == pytest.approx(-1.0)
     assert dr.item() == pytest.approx(-0.5)
@@ -275,12 +287,9 @@ def test_empty_batch_is_finite_zero(variant, mismatch, batch_size):
         garbage,
         torch.ones(batch_size, dtype=DT),
         torch.zeros(batch_size, 3),
-        variant=variant,
-        max_len=3,
-        mismatch=mismatch,
         logp_rollout=garbage,
         logp_ref=garbage,
-        beta=0.1,
+        loss=TokenLoss(variant=variant, max_len=3, mismatch=mismatch, beta=0.1),
     )
     loss.backward()
     assert loss.item() == 0.0
@@ -301,12 +310,9 @@ def test_garbage_in_masked_positions_changes_nothing(variant, garbage):
             batch["logp_old"],
             batch["advantages"],
             batch["mask"],
-            variant=variant,
-            max_len=4,
-            mismatch="icepop",
             logp_rollout=batch["logp_rollout"],
             logp_ref=batch["logp_ref"],
-            beta=0.1,
+            loss=TokenLoss(variant=variant, max_len=4, mismatch="icepop", beta=0.1),
         )
         (grad,) = torch.autograd.grad(loss, logp)
         outs.append((loss, metrics, grad))
@@ -368,12 +374,9 @@ def test_gradients_match_finite_differences(variant, mismatch):
             batch["logp_old"],
             batch["advantages"],
             batch["mask"],
-            variant=variant,
-            mismatch=mismatch,
             logp_rollout=batch["logp_rollout"],
             logp_ref=batch["logp_ref"],
-            beta=0.05,
-            **extra,
+            loss=TokenLoss(variant=variant, mismatch=mismatch, beta=0.05, **extra),
         )[0]
 
     if variant == "cispo":
@@ -405,25 +408,43 @@ def test_errors():
         run(b, variant="grpo", mismatch="clip")
     with pytest.raises(ValueError, match="needs logp_rollout"):
         token_policy_loss(
-            b["logp"], b["logp_old"], b["advantages"], b["mask"], variant="grpo", mismatch="tis"
+            b["logp"],
+            b["logp_old"],
+            b["advantages"],
+            b["mask"],
+            loss=TokenLoss(variant="grpo", mismatch="tis"),
         )
     with pytest.raises(ValueError, match="needs logp_ref"):
         token_policy_loss(
-            b["logp"], b["logp_old"], b["advantages"], b["mask"], variant="grpo", beta=0.1
+            b["logp"],
+            b["logp_old"],
+            b["advantages"],
+            b["mask"],
+            loss=TokenLoss(variant="grpo", beta=0.1),
         )
     with pytest.raises(ValueError, match="max_len"):
         run(b, variant="dr_grpo")
     with pytest.raises(ValueError, match="no lower clip"):
         run(b, variant="cispo", eps_low=0.2)
     with pytest.raises(ValueError, match="advantages must be"):
-        token_policy_loss(b["logp"], b["logp_old"], b["advantages"][:1], b["mask"], variant="grpo")
+        token_policy_loss(
+            b["logp"], b["logp_old"], b["advantages"][:1], b["mask"], loss=TokenLoss(variant="grpo")
+        )
     with pytest.raises(ValueError, match="mask must have the shape"):
         token_policy_loss(
-            b["logp"], b["logp_old"], b["advantages"], b["mask"][:, :2], variant="grpo"
+            b["logp"],
+            b["logp_old"],
+            b["advantages"],
+            b["mask"][:, :2],
+            loss=TokenLoss(variant="grpo"),
         )
     with pytest.raises(ValueError, match=r"logp must be \(B, T\)"):
         token_policy_loss(
-            b["logp"][0], b["logp_old"][0], b["advantages"], b["mask"][0], variant="grpo"
+            b["logp"][0],
+            b["logp_old"][0],
+            b["advantages"],
+            b["mask"][0],
+            loss=TokenLoss(variant="grpo"),
         )
 
 
@@ -475,7 +496,11 @@ def test_finite_loss_and_gradients(batch, variant, mismatch, beta):
 def test_unit_ratio_gives_minus_aggregated_advantage(batch, variant):
     lengths = batch["mask"].sum(-1)
     loss, _ = token_policy_loss(
-        batch["logp"], batch["logp"], batch["advantages"], batch["mask"], variant=variant
+        batch["logp"],
+        batch["logp"],
+        batch["advantages"],
+        batch["mask"],
+        loss=TokenLoss(variant=variant),
     )
     adv = batch["advantages"]
     if variant == "grpo":  # sequences with tokens contribute A_i, all B count
