@@ -17,7 +17,11 @@ One :class:`VLLMEngine` serves the three planes from one ``vllm.LLM`` built with
 * **scoring** (:meth:`VLLMEngine.score`): ``prompt_logprobs`` of each
   ``prompt + completion`` sequence; the completion's tokens' log-probs are read at
   temperature 1 (vLLM's prompt log-probs never see sampling parameters), as
-  :func:`baselines.engine.completion_logprobs` computes them.
+  :func:`baselines.engine.completion_logprobs` computes them. vLLM skips the prefix
+  cache for such requests by default (it scores only the tokens it computes); rlid
+  runs the prompts first, then lets the K completions of a prompt read its cached
+  blocks, and runs again without the cache any sequence whose hit reached past its
+  prompt (a hit covering completion tokens would leave them unscored).
 * **generation** (:meth:`VLLMEngine.generate`, the ``baselines.engine.RolloutEngine``
   protocol): sampling at temperature T with no top-k / top-p, each sampled token's
   log-prob from the processed distribution ``log_softmax(logits / T)`` (the behaviour
@@ -46,6 +50,7 @@ Example (a script)::
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -128,8 +133,8 @@ class VLLMOptions:
             return self.probe_tolerance
         return DEFAULT_TOLERANCE[self.dtype]
 
-    def llm_kwargs(self) -> dict[str, Any]:
-        """The ``vllm.LLM`` keyword arguments for these options."""
+    def llm_kwargs(self, *, cpu: bool = False) -> dict[str, Any]:
+        """The ``vllm.LLM`` keyword arguments for these options (``cpu``: vLLM's CPU build)."""
         kwargs: dict[str, Any] = {
             "dtype": self.dtype,
             "max_model_len": self.max_model_len,
@@ -141,9 +146,18 @@ class VLLMOptions:
             "max_logprobs": MAX_LABELS,
             "generation_config": "vllm",  # no sampling defaults from the model directory
             "worker_extension_cls": "rlid.engines.vllm_worker.WeightSyncExtension",
+            # token ids in, token ids out: no tokenizer (prompt log-probs are then not
+            # turned into token strings either)
+            "skip_tokenizer_init": True,
         }
         if self.kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_gib * 2**30)
+        if cpu:
+            # A prompt split over two steps (chunked prefill) makes the CPU build rewind
+            # its seeded request's generator, which CPU generators refuse ("CPU Generator
+            # does not use offset": the engine dies). Whole prompts only, then.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(self.max_model_len, 4096)
         return kwargs
 
 
@@ -174,6 +188,13 @@ def import_vllm() -> Any:
     return vllm
 
 
+def _on_cpu_build() -> bool:
+    """Whether vLLM runs on its CPU platform here."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 class VLLMEngine:
     """A vLLM engine serving a local Hugging Face model directory (see the module docstring).
 
@@ -197,8 +218,11 @@ class VLLMEngine:
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"{str(self.model_dir)!r} is not a model directory (no config.json)")
         self._sampling_params = vllm.SamplingParams
+        # without a tokenizer vLLM's renderer warns (with a traceback) that it has none
+        logging.getLogger("vllm.renderers.base").setLevel(logging.ERROR)
         try:
-            self._llm = vllm.LLM(model=str(self.model_dir), **self.options.llm_kwargs())
+            cpu = _on_cpu_build()
+            self._llm = vllm.LLM(model=str(self.model_dir), **self.options.llm_kwargs(cpu=cpu))
         except Exception as err:
             raise RuntimeError(
                 f"the vLLM engine did not start: {err}. It starts in a spawned process, which "
@@ -302,19 +326,38 @@ class VLLMEngine:
             raise ValueError("every prompt and every completion needs at least one token")
         sequences = [list(prompt_ids[b]) + c for b, c in rows]
         self._check_lengths(sequences, 1)
-        params = self._sampling_params(
-            max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False
-        )
-        outputs = self._run(sequences, [params] * len(sequences))
+        starts = [len(prompt_ids[b]) for b, _ in rows]  # position of each completion
+        shared = self.options.prefix_caching
+        if shared:  # the prompts once, so that their K completions find them cached
+            self._run(
+                prompt_ids,
+                [self._sampling_params(max_tokens=1, detokenize=False)] * len(prompt_ids),
+            )
+        outputs = self._score_sequences(sequences, read_cache=shared)
+        # a cache hit past a prompt's last token leaves completion positions unscored
+        # (vLLM computes prompt log-probs from the first uncached token): run those again
+        again = [n for n, out in enumerate(outputs) if (out.num_cached_tokens or 0) >= starts[n]]
+        for n, out in zip(
+            again, self._score_sequences([sequences[n] for n in again], read_cache=False)
+        ):
+            outputs[n] = out
         width = max(len(c) for _, c in rows)
         logp = torch.zeros(len(rows), width)
         mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for n, ((b, comp), out) in enumerate(zip(rows, outputs)):
-            start = len(prompt_ids[b])  # prompt_logprobs[i]: log p(token i | tokens < i)
-            values = [out.prompt_logprobs[start + j][tok].logprob for j, tok in enumerate(comp)]
+        for n, ((_, comp), out) in enumerate(zip(rows, outputs)):
+            # prompt_logprobs[i]: log p(token i | tokens < i)
+            values = [out.prompt_logprobs[starts[n] + j][t].logprob for j, t in enumerate(comp)]
             logp[n, : len(comp)] = torch.tensor(values)
             mask[n, : len(comp)] = True
         return logp, mask
+
+    def _score_sequences(self, sequences: list[list[int]], *, read_cache: bool) -> list[Any]:
+        """One request per sequence with its prompt log-probs (the actual tokens only)."""
+        params = self._sampling_params(
+            max_tokens=1, prompt_logprobs=0, detokenize=False,
+            skip_reading_prefix_cache=not read_cache,
+        )  # fmt: skip
+        return self._run(sequences, [params] * len(sequences)) if sequences else []
 
     # --------------------------------------------------------------------- token plane
     def generate(
@@ -396,6 +439,19 @@ class VLLMEngine:
         engine_logp = self.readout([probe.prompt_ids], [probe.label_ids]).logp[0]
         limit = tolerance if tolerance is not None else self.options.probe_tolerance_or_default
         return compare_probe(engine_logp, trainer_probe_logp(model, probe), limit)
+
+    def worker_info(self) -> dict[str, Any]:
+        """The engine worker's device and torch thread count."""
+        return dict(self._llm.collective_rpc("rlid_worker_info")[0])
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix (a sync does this itself)."""
+        self._llm.reset_prefix_cache()
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV cache block (prefix-cache hits are whole blocks)."""
+        return int(self._llm.llm_engine.vllm_config.cache_config.block_size)
 
     # ------------------------------------------------------------------------ plumbing
     def _check_lengths(self, sequences: Sequence[Sequence[int]], new_tokens: int) -> None:

@@ -58,6 +58,12 @@ class WeightSyncExtension:
         reprocess_tied(runner.get_model() if hasattr(runner, "get_model") else runner.model)
         return len(weights)
 
+    def rlid_worker_info(self) -> dict[str, Any]:
+        """Where the worker computes: its device and torch thread count (diagnostics)."""
+        import torch
+
+        return {"device": str(getattr(self, "device", "cpu")), "threads": torch.get_num_threads()}
+
 
 def reprocess_tied(model: Any) -> int:
     """Run ``quant_method.process_weights_after_loading`` again on every module whose

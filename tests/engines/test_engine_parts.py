@@ -149,6 +149,9 @@ def test_options_are_checked():
     assert kwargs["kv_cache_memory_bytes"] == 2**30
     assert kwargs["logprobs_mode"] == "processed_logprobs"
     assert "kv_cache_memory_bytes" not in VLLMOptions().llm_kwargs()
+    assert "enable_chunked_prefill" not in VLLMOptions().llm_kwargs()
+    cpu = VLLMOptions(max_model_len=8192).llm_kwargs(cpu=True)
+    assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] == 8192
     for bad, match in [
         ({"dtype": "float64"}, "engine dtype"),
         ({"max_model_len": 1}, "max_model_len"),

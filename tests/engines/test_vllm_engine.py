@@ -145,14 +145,41 @@ def test_scoring_logprobs_match_torch_rescoring(engine, tiny):
     assert logp.shape[0] == sum(map(len, completions))
 
 
+def test_a_cache_hit_past_the_prompt_is_scored_again_without_the_cache(engine, tiny, monkeypatch):
+    """A completion that crosses a KV block boundary, scored twice: the second time
+    its first block is cached past the prompt's end, so it is run again uncached."""
+    model, tokenizer = tiny
+    block = engine.block_size
+    text = list(decision_probe(tokenizer).prompt_ids) * (block // 50 + 2)
+    prompt, completion = text[: block - 4], text[block - 4 : block + 8]
+    with torch.no_grad():
+        expected, _, _ = completion_logprobs(model, [prompt], [completion], 0)
+    uncached = []
+    real = engine._score_sequences
+
+    def spy(sequences, *, read_cache):
+        uncached.extend(sequences if not read_cache else [])
+        return real(sequences, read_cache=read_cache)
+
+    monkeypatch.setattr(engine, "_score_sequences", spy)
+    engine.reset_prefix_cache()
+    for rerun in (0, 1):
+        logp, _ = engine.score([prompt], [[completion]])
+        assert (logp[0] - expected[0]).abs().max() < TOL
+        assert len(uncached) == rerun
+
+
 def test_generated_token_logprobs_match_torch_rescoring(engine, tiny):
     """The token policy with the engine as its sampler: log μ (engine) per token equals
     log π_old, which the policy re-scores with the trainer (engine.same_as_trainer is
     False), at the sampling temperature."""
     model, tokenizer = tiny
-    states = real_states(16)
+    states = real_states(48)
     policy = TokenPolicy(model, tokenizer, INTERFACE, max_new_tokens=6, engine=engine)
     observations, infos = [o for o, _ in states], [i for _, i in states]
+    # more prompt tokens than one engine step takes (4096): a prompt split over two steps
+    # killed the CPU build's engine when requests carry seeds (chunked prefill is off)
+    assert sum(map(len, policy.prompt_ids(observations, infos, [None] * 48))) > 4096
 
     def play(seed):
         return policy.act(
