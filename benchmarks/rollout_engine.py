@@ -14,6 +14,9 @@ One run times, on the same weights and the same inputs, the three planes' rollou
   (token-by-token decoding with a KV cache) vs :meth:`VLLMEngine.generate`, sampling
   ``--new-tokens`` tokens per prompt with no stop token.
 
+Last, the time of a weight sync of the whole model (:meth:`VLLMEngine.sync_weights`,
+probe check included).
+
 Each cell is the minimum over ``--reps`` calls (``timeit``'s advice: on a shared machine
 other jobs only add time), the two sides interleaved per repetition; both are warmed
 up first. vLLM's prefix cache is reset before every timed call, so a repetition never
@@ -44,7 +47,7 @@ from typing import Any
 import torch
 
 from baselines.engine import TrainerEngine, completion_logprobs, shared_prompt_logprobs
-from rlid.engines import VLLMEngine, VLLMOptions
+from rlid.engines import VLLMEngine, VLLMOptions, decision_probe
 from rlid.models import build_model_from_config, load_policy_model, model_config
 from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
 from rlid.tokenizer import build_tiny_tokenizer
@@ -223,6 +226,12 @@ def main(argv: list[str] | None = None) -> None:
             prompts = make_batch(tokenizer, 4, batch, 1, seed=2).command_ids
             cell = bench_generate(model, engine, prompts, pad, args.new_tokens, args.reps)
             row("generate", "-", batch, "tokens/s", batch * args.new_tokens, *cell)
+    probe = decision_probe(tokenizer)
+    syncs = [engine.sync_weights(model, probe=probe) for _ in range(args.reps)]
+    print(
+        f"\nweight sync ({syncs[0].tensors} tensors, then the probe check): best "
+        f"{min(s.seconds for s in syncs):.3f} s; probe gap {syncs[-1].probe_gap:.2e}"
+    )
     engine.close()
 
 

@@ -177,3 +177,23 @@ def test_a_directory_without_a_model_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_module, "import_vllm", lambda: SimpleNamespace())
     with pytest.raises(ValueError, match="no config.json"):
         VLLMEngine(tmp_path)
+
+
+def test_an_engine_that_does_not_start_leaves_no_files_and_names_the_guard(
+    tiny, tmp_path, monkeypatch
+):
+    import tempfile
+
+    from rlid.engines import vllm as engine_module
+
+    def refuse(**kwargs):
+        raise RuntimeError("Engine core initialization failed")
+
+    fake = SimpleNamespace(SamplingParams=object, LLM=refuse)
+    monkeypatch.setattr(engine_module, "import_vllm", lambda: fake)
+    monkeypatch.setattr(engine_module, "_on_cpu_build", lambda: True)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model, tokenizer = tiny
+    with pytest.raises(RuntimeError, match=r'did not start: .*`if __name__ == "__main__":`'):
+        VLLMEngine.from_model(model, tokenizer)
+    assert list(tmp_path.iterdir()) == []
