@@ -56,7 +56,9 @@ def transcripts(
     (``progress``: a bar per env and kind of play)."""
 
     interface = interface or Interface(labels=config.labels, memory=config.memory)  # type: ignore[arg-type]
-    labels = label_set_for(interface, tokenizer)
+    writer = _Writer(
+        interface, label_set_for(interface, tokenizer), tokenizer, config.spread_labels
+    )
     rng = np.random.default_rng(config.seed)
     pool = {"num_games": config.num_games} if config.num_games else {}
     texts: list[Transcript] = []
@@ -69,10 +71,7 @@ def transcripts(
         bar = tqdm(episodes, desc=f"corpus: {config.play} play, {entry}", disable=not progress)
         for episode in bar:
             seed = int(rng.integers(2**31 - 1)) + episode
-            texts += _play(
-                env, entry, seed, None, interface, labels, tokenizer, rng, config.spread_labels,
-                marks=config.play == "afterstate",
-            )  # fmt: skip
+            texts += writer.play(env, entry, seed, rng, marks=config.play == "afterstate")
         env.close()
     if config.walkthrough_episodes:
         # Its own stream: the random-play part stays what it was without walkthroughs.
@@ -89,89 +88,97 @@ def transcripts(
             seeds = rng.integers(2**31 - 1, size=config.walkthrough_episodes).tolist()
             bar = tqdm(seeds, desc=f"corpus: walkthroughs, {entry}", disable=not progress)
             for seed in bar:
-                texts += _play(
-                    env, entry, seed, "walkthrough", interface, labels, tokenizer, rng,
-                    config.spread_labels,
-                )  # fmt: skip
+                texts += writer.play(env, entry, seed, rng, guided=True)
             env.close()
     return texts
 
 
-def _play(
-    env: Any,
-    entry: str,
-    seed: int,
-    guide: str | None,
-    interface: Interface,
-    labels: Any,
-    tokenizer: Any,
-    rng: np.random.Generator,
-    spread: float = 0.0,
-    *,
-    marks: bool = False,
-) -> list[Transcript]:
-    """One episode's transcripts: uniformly random rows (``guide`` None; with ``marks``,
-    uniformly among the rows whose afterstates the menu marks best) or the rows of the
-    game's walkthrough (``guide == "walkthrough"``), until the game or plan ends."""
-    texts: list[Transcript] = []
-    memory = make_memory(interface.memory, interface.memory_size)
-    obs, info = env.reset(seed=seed)
-    memory.reset(obs, info)  # as a rollout: the start place counts as visited
-    plan = list(info.get("walkthrough") or []) if guide else []
-    if guide and not plan:
-        raise ValueError(f"game seed {seed} reports no walkthrough to follow")
-    done = False
-    while not done and info["legal_actions"]:
-        chosen = False
-        memory_text = memory.render() or None
-        legal = info["legal_actions"]
-        if len(legal) > len(labels):
-            legal = legal[: len(labels)]
-        names = labels
-        if spread and rng.random() < spread:  # a random subset of the alphabet, in its order
-            picked = np.sort(rng.choice(len(labels.labels), size=len(legal), replace=False))
-            names = [labels.labels[i] for i in picked]
-        afterstates = info.get("afterstates")
-        menu = compile_menu(
-            legal,
-            afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
-            memory_text,
-            labels=names,
-            rng=rng,
-        )
-        if guide:
-            if not plan:
-                break
-            wanted = plan.pop(0)
-            rows = [i for i, r in enumerate(menu.rows) if r.action == wanted]
-            if not rows:  # the solution's command is not on this menu: stop the episode
-                break
-            row = rows[0]
-        elif marks:
-            if menu.rows[0].afterstate is None:
-                raise ValueError(
-                    "play='afterstate' reads the menus' afterstates; the env gives none"
-                )
-            best = best_rows([r.afterstate or "" for r in menu.rows])
-            row = best[int(rng.integers(len(best)))]
-            chosen = len(best) < len(menu.rows)  # the marks chose (else: uniform over all)
-        else:
-            row = int(rng.integers(len(menu.rows)))
-        label, action = menu.rows[row].label, menu.rows[row].action
-        prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
-        target = render_decision_target(label, action)
-        texts.append(Transcript(prompt, target, bool(guide) or chosen, entry, label))
-        token_prompt = render_token_prompt(
-            obs, info, interface, tokenizer, memory_text,
-            legal_actions=legal if interface.show_legal_to_token_plane else None,
+@dataclass(frozen=True)
+class _Writer:
+    """Renders play as transcripts: the interface's prompts, its label set, the
+    tokenizer, and how often a menu takes a random subset of the labels (``spread``)."""
+
+    interface: Interface
+    labels: Any
+    tokenizer: Any
+    spread: float = 0.0
+
+    def play(
+        self,
+        env: Any,
+        entry: str,
+        seed: int,
+        rng: np.random.Generator,
+        *,
+        guided: bool = False,
+        marks: bool = False,
+    ) -> list[Transcript]:
+        """One episode's transcripts: uniformly random rows (with ``marks``, uniformly
+        among the rows whose afterstates the menu marks best) or, ``guided``, the rows of
+        the game's walkthrough, until the game or plan ends."""
+        interface, labels, tokenizer, spread = (
+            self.interface, self.labels, self.tokenizer, self.spread
         )  # fmt: skip
-        texts.append(
-            Transcript(token_prompt, command_completion(action), bool(guide) or chosen, entry)
-        )
-        obs, _, terminated, truncated, info = env.step(action)
-        memory.update(obs, action, info)
-        done = terminated or truncated
-    return texts
+        guide = "walkthrough" if guided else None
+        texts: list[Transcript] = []
+        memory = make_memory(interface.memory, interface.memory_size)
+        obs, info = env.reset(seed=seed)
+        memory.reset(obs, info)  # as a rollout: the start place counts as visited
+        plan = list(info.get("walkthrough") or []) if guide else []
+        if guide and not plan:
+            raise ValueError(f"game seed {seed} reports no walkthrough to follow")
+        done = False
+        while not done and info["legal_actions"]:
+            chosen = False
+            memory_text = memory.render() or None
+            legal = info["legal_actions"]
+            if len(legal) > len(labels):
+                legal = legal[: len(labels)]
+            names = labels
+            if spread and rng.random() < spread:  # a random subset of the alphabet, in its order
+                picked = np.sort(rng.choice(len(labels.labels), size=len(legal), replace=False))
+                names = [labels.labels[i] for i in picked]
+            afterstates = info.get("afterstates")
+            menu = compile_menu(
+                legal,
+                afterstates[: len(legal)] if (afterstates and interface.afterstates) else None,
+                memory_text,
+                labels=names,
+                rng=rng,
+            )
+            if guide:
+                if not plan:
+                    break
+                wanted = plan.pop(0)
+                rows = [i for i, r in enumerate(menu.rows) if r.action == wanted]
+                if not rows:  # the solution's command is not on this menu: stop the episode
+                    break
+                row = rows[0]
+            elif marks:
+                if menu.rows[0].afterstate is None:
+                    raise ValueError(
+                        "play='afterstate' reads the menus' afterstates; the env gives none"
+                    )
+                best = best_rows([r.afterstate or "" for r in menu.rows])
+                row = best[int(rng.integers(len(best)))]
+                chosen = len(best) < len(menu.rows)  # the marks chose (else: uniform over all)
+            else:
+                row = int(rng.integers(len(menu.rows)))
+            label, action = menu.rows[row].label, menu.rows[row].action
+            prompt = render_decision_prompt(obs, info, menu, interface, tokenizer, memory_text)
+            target = render_decision_target(label, action)
+            texts.append(Transcript(prompt, target, bool(guide) or chosen, entry, label))
+            token_prompt = render_token_prompt(
+                obs, info, interface, tokenizer, memory_text,
+                legal_actions=legal if interface.show_legal_to_token_plane else None,
+            )  # fmt: skip
+            texts.append(
+                Transcript(token_prompt, command_completion(action), bool(guide) or chosen, entry)
+            )
+            obs, _, terminated, truncated, info = env.step(action)
+            memory.update(obs, action, info)
+            done = terminated or truncated
+        return texts
 
 
 def training_sequences(
