@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import envs
+from baselines.config import TokenConfig
 from rlid.config import TrainConfig
 from rlid.hardware import (
     Precision,
@@ -402,7 +403,7 @@ def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
         g.extra["logp_ref"] = [x - 0.3 for x in g.logp_old]
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
-    ctx = RunContext(TrainConfig(plane="token", beta=0.5))
+    ctx = RunContext(TokenConfig(plane="token", beta=0.5))
     out = token_update(
         ctx, model, TokenBatch(completions, torch.zeros(len(completions)), np.arange(len(completions))),
         Stepper(torch.optim.AdamW(params), params, 1.0), np.random.default_rng(0),
@@ -421,7 +422,7 @@ def test_token_trainer_merges_a_tiny_tail_minibatch():
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)[:17]  # minibatch 16: 16 + 1 -> one of 17
-    ctx = RunContext(TrainConfig(plane="token", minibatch_size=16, epochs=2))
+    ctx = RunContext(TokenConfig(plane="token", minibatch_size=16, epochs=2))
     params = list(model.parameters())
     advantages = torch.randn(17, generator=torch.Generator().manual_seed(0))
     token_update(

@@ -29,7 +29,7 @@ def small_config(**changes) -> TrainConfig:
         eval_episodes=2, threads=1, interface=Interface(memory="none"),
     )  # fmt: skip
     base.update(changes)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 @pytest.fixture(autouse=True)

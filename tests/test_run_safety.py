@@ -46,7 +46,7 @@ def small_config(**changes) -> TrainConfig:
         checkpoint_every=1, interface=Interface(memory="none"),
     )  # fmt: skip
     base.update(changes)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def _config(model, **changes):
         groups_per_iter=2, group_size=4, epochs=1, minibatch_size=16, max_new_tokens=4,
         invalid_penalty=-0.5, eval_episodes=1, threads=1, lr=1e-3, interface=INTERFACE,
     )  # fmt: skip
-    return TrainConfig(**{**base, **changes})
+    return TrainConfig.from_dict({**base, **changes})
 
 
 def _generation(valid=True, tokens=2):

@@ -38,7 +38,7 @@ def small_config(**changes) -> TrainConfig:
         interface=Interface(memory="none"),
     )
     base.update(changes)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 def params_of(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -47,7 +47,8 @@ from dataclasses import dataclass, replace
 from typing import Any, get_args
 
 from menus import Interface
-from rlid.config import TokenAlgo, TrainConfig
+from rlid.config import TrainConfig
+from rlid.names import TokenAlgo
 
 PLANE_ALGORITHMS: dict[str, tuple[str, ...]] = {
     "decision": ("ppo",),

@@ -208,7 +208,9 @@ class RunLog:
             _refuse_restart_without_checkpoint(path, saved)
         else:
             check_checkpoint(ckpt, saved)
-        needs_start_model = saved.lora_rank > 0 or saved.kl_coef > 0 or saved.beta > 0
+        needs_start_model = (
+            saved.lora_rank > 0 or saved.kl_coef > 0 or getattr(saved, "beta", 0.0) > 0
+        )  # LoRA base, KL reference (decision / scoring: kl_coef; token: beta)
         recorded = raw.get("start_model")
         if ckpt is not None and needs_start_model and recorded and pins is not None:
             check_pin(recorded, pins(str(recorded["model"])), path)
