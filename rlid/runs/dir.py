@@ -31,13 +31,45 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlid.runs.files import append_line, atomic_write_text, remove_leftovers, staged_dir
+from rlid.runs.files import (
+    LinkRefusedError,
+    append_line,
+    atomic_write_text,
+    link_message,
+    remove_leftovers,
+    staged_dir,
+)
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
 CHECKPOINT = "checkpoint"
 TRAINER_STATE = "trainer_state"  # .safetensors (tensors) + .json (the rest)
 _STAGING = ".checkpoint."  # a save is staged under it; a resume removes what a killed one left
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "summary.md", "curves.png", LOCK_NAME)
+"""The files rlid reads or writes at the top of a run directory (besides checkpoints and
+the trackers' directories, ``rlid.runs.trackers``)."""
+_TRACKER_DIRS = ("tensorboard", "mlruns")  # written by those packages, followed by them
+
+
+def refuse_run_links(run_dir: Path) -> None:
+    """Refuse a symbolic link where rlid reads or writes in ``run_dir``: its files, the
+    trackers' directories, and anything in a checkpoint (``checkpoint``, ``checkpoint-N``,
+    a save's staging directories). ``run_dir`` itself may be a link.
+
+    Raises :class:`rlid.runs.files.LinkRefusedError` naming the first link found.
+    """
+    run_dir = Path(run_dir)
+    names = (*RUN_FILES, *_TRACKER_DIRS)
+    for path in sorted(run_dir.iterdir()) if run_dir.is_dir() else []:
+        checkpoint = path.name == CHECKPOINT or path.name.startswith((f"{CHECKPOINT}-", _STAGING))
+        if path.is_symlink() and (path.name in names or checkpoint):
+            raise LinkRefusedError(link_message(path))
+        if checkpoint and path.is_dir():
+            for inner in sorted(path.rglob("*")):  # rglob lists links, never enters them
+                if inner.is_symlink():
+                    raise LinkRefusedError(link_message(inner))
 
 
 def _jsonable(value: Any) -> Any:

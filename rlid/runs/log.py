@@ -29,6 +29,7 @@ import torch
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
+from rlid.runs.files import refuse_link
 from rlid.runs.lock import RunLock
 from rlid.runs.pin import check_pin, model_pin
 from rlid.runs.software import software_record
@@ -70,6 +71,7 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
     """``(config, raw config.json)`` of a run directory, checked against its fingerprint."""
     path = Path(path)
     cfg_path = path / "config.json"
+    refuse_link(cfg_path)
     if not cfg_path.is_file():
         raise FileNotFoundError(
             f"{path} is not a run directory (no config.json); "
@@ -185,6 +187,7 @@ class RunLog:
 
     @classmethod
     def _open_resume(cls, path: Path, lock: RunLock) -> RunLog:
+        rundir.refuse_run_links(path)  # before anything in it is read or written
         saved, raw = read_run_config(path)  # again, now that no one else can write
         ckpt = rundir.recover_checkpoint_dir(path, tidy=True)  # the lock is held
         if ckpt is None:
@@ -465,6 +468,7 @@ def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
     from rlid.runs.state import LEGACY_NAME, legacy_message
 
     ckpt = Path(ckpt)
+    rundir.refuse_run_links(ckpt.parent)  # nothing read through a link (eval, export too)
     if (ckpt / LEGACY_NAME).exists() and not (ckpt / f"{rundir.TRAINER_STATE}.json").exists():
         raise ValueError(legacy_message(ckpt))
     model_dir = ckpt / "model"
@@ -517,6 +521,7 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
     """
     path = Path(path)
     with RunLock(path, "rlid train --resume (config change)"):
+        rundir.refuse_run_links(path)
         config, raw = read_run_config(path)
         current = config.to_dict()
         full = {k: getattr(config, k) for k in config.__dataclass_fields__}

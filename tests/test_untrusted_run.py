@@ -1,0 +1,204 @@
+"""A run directory is untrusted input: links in it are refused, never followed; its
+weights and records are checked against their digests; damage is refused or repaired,
+and nothing outside the directory is ever read into it or written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from menus import Interface
+from rlid import trainer as trainer_mod
+from rlid.cli import main as cli_main
+from rlid.config import TrainConfig
+
+TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
+TRAIN = ["--model", "tiny-random", "--env", "keydoor", "-o", "size=2", "-o", "keys=0",
+         "-o", "distractors=1", "--steps", "8", "--groups-per-iter", "2", "--group-size", "2",
+         "--epochs", "1", "--threads", "1", "--eval-episodes", "1", "--memory", "none",
+         "--quiet"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.delenv("RLID_DEBUG", raising=False)
+
+
+def small_config(**changes) -> TrainConfig:
+    base = dict(
+        model="tiny-random", env="keydoor", env_options=dict(TINY_ENV), steps=24,
+        groups_per_iter=2, group_size=2, epochs=1, minibatch_size=8, eval_episodes=1,
+        threads=1, checkpoint_every=1, advantage="gae", interface=Interface(memory="none"),
+    )  # fmt: skip
+    base.update(changes)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """One small finished run (GAE: a value head too), copied by the tests that change it."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    trainer_mod.train(small_config(), out, progress=False)
+    return out
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(run, dest, symlinks=True)
+    (dest / ".rlid.lock").unlink(missing_ok=True)
+    return dest
+
+
+def tree(root: Path) -> dict[str, bytes | str]:
+    """Everything under ``root``: file contents, link targets (to see nothing changed);
+    lock files aside."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.name == ".rlid.lock" and not path.is_symlink():
+            continue
+        if path.is_symlink():
+            found[key] = "-> " + os.readlink(path)
+        elif path.is_file():
+            found[key] = path.read_bytes()
+    return found
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A directory outside any run, holding a file someone cares about."""
+    place = tmp_path / "outside"
+    place.mkdir()
+    (place / "precious.txt").write_text("precious\n")
+    return place
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("note:", "WARN"))]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# ------------------------------------------------------------- 1. no write through a link
+def test_a_lock_link_in_a_new_out_is_refused_and_its_target_kept(tmp_path, outside, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".rlid.lock").symlink_to(outside / "precious.txt")
+    before = tree(outside)
+    assert cli_main(["train", *TRAIN, "--out", str(out)]) == 2
+    assert "symbolic link" in one_line(capsys)
+    assert tree(outside) == before
+    assert sorted(p.name for p in out.iterdir()) == [".rlid.lock"]  # nothing written
+
+
+def test_a_lock_link_in_a_run_to_resume_is_refused_and_its_target_kept(
+    finished_run, tmp_path, outside, capsys
+):
+    run = copy_run(finished_run, tmp_path)
+    (run / ".rlid.lock").symlink_to(outside / "precious.txt")
+    before, run_before = tree(outside), tree(run)
+    assert cli_main(["train", "--resume", str(run), "--quiet"]) == 2
+    assert "symbolic link" in one_line(capsys)
+    # refused also when the resume is refused for another reason (a flag it cannot change)
+    assert cli_main(["train", "--resume", str(run), "--lr", "0.5", "--quiet"]) == 2
+    one_line(capsys)
+    assert tree(outside) == before and tree(run) == run_before
+
+
+def test_a_hard_linked_lock_is_refused(tmp_path, outside, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    os.link(outside / "precious.txt", out / ".rlid.lock")
+    assert cli_main(["train", *TRAIN, "--out", str(out)]) == 2
+    assert "hard link" in one_line(capsys)
+    assert (outside / "precious.txt").read_text() == "precious\n"
+
+
+def test_a_lock_link_in_a_comparison_out_is_refused(tmp_path, outside, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'name = "t"\nseeds = [0]\nheldout_episodes = 1\n'
+        'budget = {currency = "env_steps", amount = 8}\ninterface = {memory = "none"}\n'
+        "defaults = {groups_per_iter = 2, group_size = 2, epochs = 1, threads = 1, "
+        'model = "tiny-random"}\n'
+        'envs = [{id = "keydoor", options = {size = 2, keys = 0, distractors = 1}}]\n'
+        '[arms.decision]\nplane = "decision"\n'
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".rlid.lock").symlink_to(outside / "precious.txt")
+    before = tree(outside)
+    assert cli_main(["compare", "--config", str(config), "--out", str(out), "--quiet"]) == 2
+    assert "symbolic link" in one_line(capsys)
+    assert tree(outside) == before
+
+
+def test_a_checkpoint_link_pointing_outside_is_refused(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / "checkpoint", elsewhere)
+    (run / "checkpoint").symlink_to(elsewhere)
+    before, run_before = tree(elsewhere), tree(run)
+    for argv in (
+        ["train", "--resume", str(run), "--steps", "40", "--quiet"],
+        ["eval", "--run", str(run), "--episodes", "1"],
+        ["export", str(run), str(tmp_path / "agent")],
+    ):
+        assert cli_main(argv) == 2, argv
+        line = one_line(capsys)
+        assert "checkpoint is a symbolic link" in line, line
+    assert tree(elsewhere) == before and tree(run) == run_before
+    assert not list(run.glob(".checkpoint.*")) and not (tmp_path / "agent").exists()
+
+
+def test_a_metrics_link_is_never_appended_to(finished_run, tmp_path, outside, capsys):
+    run = copy_run(finished_run, tmp_path)
+    shutil.copy(run / "metrics.jsonl", outside / "metrics.jsonl")
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
+    before = tree(outside)
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 2
+    assert "metrics.jsonl is a symbolic link" in one_line(capsys)
+    assert tree(outside) == before
+
+
+def test_appending_and_locking_refuse_a_link_planted_after_the_checks(tmp_path, outside):
+    from rlid.runs.files import LinkRefusedError, append_line
+    from rlid.runs.lock import RunLock
+
+    (tmp_path / "metrics.jsonl").symlink_to(outside / "precious.txt")
+    with pytest.raises(LinkRefusedError, match="symbolic link"):
+        append_line(tmp_path / "metrics.jsonl", "{}")
+    (tmp_path / ".rlid.lock").symlink_to(outside / "precious.txt")
+    with pytest.raises(LinkRefusedError, match="symbolic link"):
+        RunLock(tmp_path, "test").acquire()
+    assert (outside / "precious.txt").read_text() == "precious\n"
+
+
+def test_a_staging_link_left_in_a_run_is_removed_not_followed(finished_run, tmp_path, outside):
+    from rlid.runs import dir as rundir
+
+    run = copy_run(finished_run, tmp_path)
+    (outside / "dir").mkdir()
+    (outside / "dir" / "keep").write_text("x")
+    (run / ".checkpoint.old.123").symlink_to(outside / "dir")
+    before = tree(outside)
+    with pytest.raises(ValueError, match="symbolic link"):  # refused while resuming
+        rundir.refuse_run_links(run)
+    rundir.recover_checkpoint_dir(run, tidy=True)  # a clean-up removes the link itself
+    assert not (run / ".checkpoint.old.123").is_symlink()
+    assert tree(outside) == before
+
+
+def test_an_out_that_is_itself_a_link_still_works(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert cli_main(["train", *TRAIN, "--out", str(tmp_path / "link")]) == 0
+    assert (real / "checkpoint" / "state.json").is_file()
