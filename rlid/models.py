@@ -45,6 +45,7 @@ from transformers import (
 )
 
 from envs.paths import cache_root
+from rlid.model_folder import check_finite_weights, check_model_folder, first_line
 from rlid.runs.files import resolve_link, staged_dir
 from rlid.tokenizer import TINY_MAX_LENGTH, build_tiny_tokenizer
 
@@ -143,7 +144,9 @@ def _warm_usable(cache: Path) -> bool:
     if not (cache / "config.json").is_file():
         return False
     try:
-        cached = AutoTokenizer.from_pretrained(cache, local_files_only=True)
+        cached = AutoTokenizer.from_pretrained(
+            cache, local_files_only=True, trust_remote_code=False
+        )
     except (OSError, ValueError, TypeError):
         return False
     if cached.get_vocab() == build_tiny_tokenizer().get_vocab():
@@ -292,6 +295,7 @@ def _check_model_dir(name_or_path: str | os.PathLike[str]) -> Path:
         raise ValueError(f"{str(path)!r} is a file, not a Hugging Face model directory")
     if not (path / "config.json").is_file():
         raise ValueError(f"{str(path)!r} is not a Hugging Face model directory (no config.json)")
+    check_model_folder(path)  # no custom code, no pickles: one line each
     return path
 
 
@@ -318,15 +322,24 @@ def _no_weight_loading_bar() -> Iterator[None]:
 
 def _load_dir(path: Path, *, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model and tokenizer from a checked directory; errors name the directory."""
+    # never code from the folder (auto_map), never pickle weights: refused up front too
+    safe: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, **safe)
     except (OSError, ValueError, TypeError) as err:
-        raise ValueError(f"could not load a tokenizer from {str(path)!r}: {err}") from err
+        raise ValueError(
+            f"could not load a tokenizer from {str(path)!r}: {first_line(err)}"
+        ) from err
     try:
         with _no_weight_loading_bar():
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, use_safetensors=True, **safe
+            )
     except (OSError, ValueError, TypeError, KeyError) as err:
-        raise ValueError(f"could not load a causal LM from {str(path)!r}: {err}") from err
+        raise ValueError(
+            f"could not load a causal LM from {str(path)!r}: {first_line(err)}"
+        ) from err
+    check_finite_weights(model, path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
