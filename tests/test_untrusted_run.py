@@ -4,6 +4,8 @@ and nothing outside the directory is ever read into it or written."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -202,3 +204,88 @@ def test_an_out_that_is_itself_a_link_still_works(tmp_path):
     (tmp_path / "link").symlink_to(real)
     assert cli_main(["train", *TRAIN, "--out", str(tmp_path / "link")]) == 0
     assert (real / "checkpoint" / "state.json").is_file()
+
+
+# ------------------------------------------------------- 3. weights verified on load
+def flip_bit(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_every_file_of_a_checkpoint_has_its_sha256_recorded(finished_run):
+    ckpt = finished_run / "checkpoint"
+    state = json.loads((ckpt / "state.json").read_text())
+    on_disk = {
+        p.relative_to(ckpt).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in ckpt.rglob("*")
+        if p.is_file() and p.name != "state.json"
+    }
+    assert {"model/model.safetensors", "trainer_state.safetensors", "value_head.safetensors",
+            "trainer_state.json", "model/config.json"} <= set(on_disk)  # fmt: skip
+    assert state["files"] == on_disk
+
+
+def test_a_bit_flipped_in_the_weights_is_refused_by_resume_eval_and_export(
+    finished_run, tmp_path, capsys
+):
+    run = copy_run(finished_run, tmp_path)
+    weights = run / "checkpoint" / "model" / "model.safetensors"
+    flip_bit(weights, weights.stat().st_size - 1000)  # in the data, past the header
+    before = tree(run)
+    for argv in (
+        ["train", "--resume", str(run), "--quiet"],
+        ["eval", "--run", str(run), "--episodes", "1"],
+        ["export", str(run), str(tmp_path / "agent")],
+    ):
+        assert cli_main(argv) == 2, argv
+        line = one_line(capsys)
+        assert f"{weights} does not match the sha256" in line, line
+    assert tree(run) == before and not (tmp_path / "agent").exists()
+
+
+def _as_an_older_checkpoint(run: Path) -> None:
+    """Drop the digests, as a checkpoint written before they were recorded."""
+    path = run / "checkpoint" / "state.json"
+    state = json.loads(path.read_text())
+    state.pop("files", None), state.pop("sha256", None)
+    path.write_text(json.dumps(state))
+
+
+def test_non_finite_weights_in_a_checkpoint_are_one_line_naming_them(
+    finished_run, tmp_path, capsys
+):
+    from safetensors.torch import load_file, save_file
+
+    run = copy_run(finished_run, tmp_path)
+    _as_an_older_checkpoint(run)  # else the changed file fails its sha256 first
+    path = run / "checkpoint" / "model" / "model.safetensors"
+    weights = load_file(str(path))
+    name = sorted(weights)[-1]
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, str(path), metadata={"format": "pt"})
+    for argv in (
+        ["train", "--resume", str(run), "--steps", "60", "--quiet"],
+        ["eval", "--run", str(run), "--episodes", "1"],
+    ):
+        assert cli_main(argv) == 2, argv
+        line = one_line(capsys)
+        assert "not finite" in line and name in line and "internal error" not in line, line
+
+
+def test_a_checkpoint_state_with_a_field_of_the_wrong_type_is_named(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    (run / "checkpoint" / "state.json").write_text('{"iteration": "x", "budget": {}}')
+    assert cli_main(["train", "--resume", str(run), "--quiet"]) == 2
+    line = one_line(capsys)
+    assert "not a valid checkpoint state (iteration must be a whole number" in line, line
+    assert "different config" not in line
+
+
+def test_a_changed_record_is_refused_not_taken_at_its_word(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    raw = json.loads((run / "config.json").read_text())
+    raw["start_model"]["origin"] = "warm"  # outside the config's fingerprint
+    (run / "config.json").write_text(json.dumps(raw))
+    assert cli_main(["eval", "--run", str(run), "--episodes", "1"]) == 2
+    assert "config.json was changed after rlid wrote it" in one_line(capsys)

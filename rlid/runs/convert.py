@@ -13,9 +13,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rlid.runs.dir import CHECKPOINT, recover_checkpoint_dir
+from rlid.runs.dir import (
+    CHECKPOINT,
+    TRAINER_STATE,
+    read_json,
+    recover_checkpoint_dir,
+    refuse_run_links,
+    write_json,
+)
+from rlid.runs.integrity import FILES, file_sha256
 from rlid.runs.lock import RunLock
-from rlid.runs.state import convert_legacy_state
+from rlid.runs.state import LEGACY_NAME, convert_legacy_state
 
 
 def convert_run(run_dir: Path) -> Path:
@@ -24,9 +32,24 @@ def convert_run(run_dir: Path) -> Path:
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
     with RunLock(run_dir, "python -m rlid.runs.convert"):
+        refuse_run_links(run_dir)
         ckpt = recover_checkpoint_dir(run_dir) or run_dir / CHECKPOINT
         convert_legacy_state(ckpt)
+        _record_converted(ckpt)
     return ckpt
+
+
+def _record_converted(ckpt: Path) -> None:
+    """A checkpoint that lists its files' sha256 lists the converted ones instead of the
+    pickle (one of rlid <= 0.1 lists none: nothing to do)."""
+    path = ckpt / "state.json"
+    state = read_json(path, sealed=True)
+    if not isinstance(state, dict) or not isinstance(state.get(FILES), dict):
+        return
+    files = {k: v for k, v in state[FILES].items() if k != LEGACY_NAME}
+    for name in (f"{TRAINER_STATE}.json", f"{TRAINER_STATE}.safetensors"):
+        files[name] = file_sha256(ckpt / name)
+    write_json(path, {**state, FILES: files}, sealed=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,14 @@ from rlid.runs.files import (
     remove_leftovers,
     staged_dir,
 )
+from rlid.runs.integrity import (
+    FILES,
+    check_state_record,
+    file_digests,
+    seal,
+    unseal,
+    verify_files,
+)
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
@@ -86,17 +94,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
+def write_json(path: Path, data: Any, *, sealed: bool = False) -> None:
+    """Write ``data`` as JSON atomically; ``sealed``: with the sha256 of its content
+    (:func:`rlid.runs.integrity.seal`), for a record rlid reads back."""
+    data = _jsonable(data)
+    if sealed:
+        data = seal(data)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a corrupt one is a ValueError naming the file."""
+def read_json(path: Path, *, sealed: bool = False) -> Any:
+    """Parse a JSON file; a corrupt one is a ValueError naming the file. ``sealed``:
+    check and drop the record's sha256 (:func:`rlid.runs.integrity.unseal`)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is corrupt (not valid JSON: {err})") from None
+    return unseal(data, path) if sealed else data
 
 
 def is_empty_dir(path: Path) -> bool:
@@ -195,7 +210,9 @@ def save_checkpoint(
             tmp / TRAINER_STATE,
             {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
-        (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
+        # the sha256 of every file, checked before the checkpoint is trusted again
+        record = seal({**_jsonable(state), FILES: file_digests(tmp)})
+        (tmp / "state.json").write_text(json.dumps(record, indent=2, sort_keys=True))
     if old.exists():
         _retire_checkpoint(run_dir, old, keep)
     return final
@@ -236,6 +253,16 @@ def recover_checkpoint_dir(run_dir: Path, *, tidy: bool = False) -> Path | None:
     if tidy:
         remove_leftovers(run_dir, _STAGING)
     return final if (final / "state.json").exists() else None
+
+
+def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's ``state.json``, checked: its own sha256, its fields, and the
+    sha256 of every file it lists (:mod:`rlid.runs.integrity`; a checkpoint of rlid
+    <= 0.3 lists none). Raises ``ValueError`` naming the file that does not match."""
+    path = Path(ckpt) / "state.json"
+    state = check_state_record(read_json(path, sealed=True), path)
+    verify_files(Path(ckpt), state.get(FILES, {}), record=path)
+    return state
 
 
 def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str, Any]:

@@ -82,7 +82,9 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
             "train_config": config.to_dict(),
         }
         rundir.write_json(tmp / "interface.json", interface)
-        evals = rundir.read_json(run / "eval.json") if (run / "eval.json").exists() else {}
+        evals = (
+            rundir.read_json(run / "eval.json", sealed=True) if (run / "eval.json").exists() else {}
+        )
         rundir.atomic_write_text(
             tmp / "README.md", model_card(config, evals, rundir.read_metrics(run), interface)
         )

@@ -77,7 +77,7 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
             f"{path} is not a run directory (no config.json); "
             "give the --out directory of an `rlid train` run"
         )
-    raw = rundir.read_json(cfg_path)
+    raw = rundir.read_json(cfg_path, sealed=True)
     try:
         config = TrainConfig.from_record(raw["config"])
     except (KeyError, ValueError, TypeError) as err:
@@ -217,7 +217,8 @@ class RunLog:
                 )
             rundir.write_json(
                 self.path / "config.json",
-                {
+                sealed=True,
+                data={
                     "config": self.config.to_dict(),
                     "fingerprint": config_fingerprint(self.config),
                     "start_model": model_pin(str(self.config.model)),
@@ -230,10 +231,10 @@ class RunLog:
             # the starting model is pinned as it is loaded now (and the code that runs)
             self._lock.check()
             rundir.write_metrics(self.path, [])
-            raw = rundir.read_json(self.path / "config.json")
+            raw = rundir.read_json(self.path / "config.json", sealed=True)
             raw["start_model"] = model_pin(str(self.config.model))
             raw["software"] = software_record()
-            rundir.write_json(self.path / "config.json", raw)
+            rundir.write_json(self.path / "config.json", raw, sealed=True)
 
     def _record_resuming_software(self, raw: dict[str, Any], iteration: int) -> None:
         """Append to config.json's ``resumed_with`` when other code resumes the run."""
@@ -243,7 +244,7 @@ class RunLog:
         if last == now:
             return
         raw["resumed_with"] = [*resumes, {"after_iteration": iteration, "software": now}]
-        rundir.write_json(self.path / "config.json", raw)
+        rundir.write_json(self.path / "config.json", raw, sealed=True)
 
     def close(self) -> None:
         """Release the directory's lock (``finish`` does this; also safe to call twice)."""
@@ -350,7 +351,7 @@ class RunLog:
         rank, size = (world.rank, world.size) if world is not None else (0, 1)
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
-        raw = rundir.read_json(self.path / "config.json")
+        raw = rundir.read_json(self.path / "config.json", sealed=True)
         known = _written_fingerprints(self.config, raw)
         known |= {h.get("fingerprint") for h in raw.get("history", [])}
         if state.get("fingerprint") not in known:
@@ -417,16 +418,16 @@ class RunLog:
 
     def has_eval(self, key: str) -> bool:
         path = self.path / "eval.json"
-        return path.exists() and key in rundir.read_json(path)
+        return path.exists() and key in rundir.read_json(path, sealed=True)
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
         if not self.writer:
             return
         self._check_writer()
         path = self.path / "eval.json"
-        data = rundir.read_json(path) if path.exists() else {}
+        data = rundir.read_json(path, sealed=True) if path.exists() else {}
         data.update(entries)
-        rundir.write_json(path, data)
+        rundir.write_json(path, data, sealed=True)
 
     def progress_bar(self, config: TrainConfig, budget: Budget, *, enabled: bool) -> _Bar:
         currency = config.budget_currency
@@ -488,6 +489,7 @@ def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
             f"{', '.join(missing)}); restore those files, or start a new run. A run is "
             "never silently restarted from iteration 1"
         )
+    rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
 
 
 def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
@@ -553,13 +555,13 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
         }
         eval_path = path / "eval.json"
         if "steps" in diff and eval_path.exists():
-            evals = rundir.read_json(eval_path)
+            evals = rundir.read_json(eval_path, sealed=True)
             if "after" in evals:  # the extended run gets its own final evaluation
                 entry["previous_after"] = evals.pop("after")
-                rundir.write_json(eval_path, evals)
+                rundir.write_json(eval_path, evals, sealed=True)
         raw.update(config=new.to_dict(), fingerprint=config_fingerprint(new))
         raw["history"] = [*raw.get("history", []), entry]
-        rundir.write_json(path / "config.json", raw)
+        rundir.write_json(path / "config.json", raw, sealed=True)
     for key, (old, value) in diff.items():
         print(f"note: {path}: {key} {old} -> {value} (recorded in config.json history)",
               file=sys.stderr)  # fmt: skip
