@@ -24,6 +24,7 @@ from menus import Interface
 from rlid.budget import BudgetCurrency
 from rlid.flags import add_dataclass_arguments, flag_name
 from rlid.flags import given_values as flags_given
+from rlid.limits import INT64, check_bounds
 from rlid.names import (
     AdvantageKind,
     AdvantageScale,
@@ -316,6 +317,7 @@ class TrainConfig:
             )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
+        check_bounds(self)  # counts, sizes and scales within what torch can take
         object.__setattr__(self, "report_to", parse_report_to(self.report_to))
 
     @property
@@ -441,6 +443,8 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{_flag_hint(name)} must be a whole number, got {value!r}{example}")
+        if not -INT64 <= value < INT64:  # torch and numpy integers have 64 bits
+            raise ValueError(f"{_flag_hint(name)} must fit in 64 bits, got {str(value)[:40]}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{_flag_hint(name)} must be a number, got {value!r}{example}")

@@ -54,6 +54,7 @@ from rlid.hardware import (
     resolve_device,
     train_mode_without_dropout,
 )
+from rlid.limits import check_machine_limits
 from rlid.lora import AdapterDisabled, base_model_path, load_run_model, own_memory
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead, chunks
@@ -791,6 +792,7 @@ def open_run(
     world = dist_.init(config.dist_timeout if config is not None else 300.0)
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer)
     config = log.config
+    check_machine_limits(config)  # threads, workers and batch memory, before the model loads
     if plane is not None and config.plane != plane:
         raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)

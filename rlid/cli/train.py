@@ -64,8 +64,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
+    from rlid.limits import check_seed
     from rlid.runs.evaluate import evaluate_model, evaluate_run
 
+    check_seed(args.seed, "--seed")
     if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
     if args.run is None and args.model is None and args.setting is None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.report import heldout_path
+from rlid.limits import check_machine_limits
 from rlid.planes import run_training
 from rlid.runs import dir as rundir
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
@@ -279,6 +280,7 @@ def _prepare(
             check_existing_run(run, run_dir, state)
             if state != "finished":
                 check_model_available(run)
+                check_machine_limits(run.config)  # threads, workers, batch memory
     rundir.write_json(out / "comparison.json", compare.to_dict())
 
 

@@ -142,6 +142,9 @@ def _check_walkthrough(walkthrough: bool, greedy: bool, config: TrainConfig) -> 
 def _set_threads(config: TrainConfig) -> None:
     import torch
 
+    from rlid.limits import check_machine_limits
+
+    check_machine_limits(config)  # e.g. a run recorded with more threads than cores here
     if config.threads is not None:  # unset: torch's default (OMP_NUM_THREADS)
         torch.set_num_threads(config.threads)
 
