@@ -481,12 +481,29 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def read_toml(path: Path, what: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
     """A TOML file as a dict; a missing file or a syntax error is a clear ``error``
     naming ``what`` (e.g. "config file") and the path."""
+    if path.is_dir():
+        raise error(f"{what} {path} is a directory; give a TOML file")
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{what} {path} is not a text file (not UTF-8); give a TOML file") from None
     except tomllib.TOMLDecodeError as err:
         raise error(f"{what} {path} is not valid TOML: {err}") from None
+    except RecursionError:
+        raise error(f"{what} {path} nests arrays or tables too deeply to be read") from None
+
+
+def config_table(value: Any, key: str, example: str) -> dict[str, Any]:
+    """A TOML table given for ``key`` as a dict (absent: empty); anything else is one line
+    showing the form, e.g. ``env_options = {size = 2}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+        raise ValueError(f"config key {key!r} must be a table, e.g. {key} = {example}; got {shown}")
+    return dict(value)
 
 
 def given_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -500,8 +517,8 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
         data = read_toml(Path(args.config), "config file")
-    interface = dict(data.pop("interface", {}) or {})
-    env_options = dict(data.pop("env_options", {}) or {})
+    interface = config_table(data.pop("interface", None), "interface", '{memory = "none"}')
+    env_options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     data.update(flags_given(args, TrainConfig, skip=_SKIP_FLAGS))
     interface.update(flags_given(args, Interface, dest_prefix="interface__"))
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))

@@ -46,7 +46,7 @@ from transformers import (
 
 from envs.paths import cache_root
 from rlid.model_folder import check_finite_weights, check_model_folder, first_line
-from rlid.runs.files import resolve_link, staged_dir
+from rlid.runs.files import resolve_link, staged_dir, write_errors_as_os_errors
 from rlid.tokenizer import TINY_MAX_LENGTH, build_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ def save_policy_model(
     points (returned), created if it does not exist yet.
     """
     path = resolve_link(path)
-    with staged_dir(path) as tmp:
+    with write_errors_as_os_errors(path), staged_dir(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return path

@@ -183,8 +183,30 @@ def error_message(err: BaseException) -> str | None:
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
         return str(err)
     if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
+        from rlid.runs.files import os_error_of
+
+        inner = os_error_of(err)
+        if inner is not None:  # writing: a full disk, a read-only file system, ...
+            return error_message(inner)
         return f"a .safetensors file is corrupt or truncated: {err}"
     return None
+
+
+MESSAGE_LIMIT = 1000
+"""Characters of an error line at most: a message that quotes a huge input is cut."""
+
+
+def one_line(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` on one line, its middle cut when it is longer than ``limit``.
+
+    >>> one_line("a\nb")
+    'a b'
+    """
+    message = " ".join(message.splitlines())
+    if len(message) <= limit:
+        return message
+    cut = len(message) - limit
+    return f"{message[: limit - 200]} ... [{cut} characters left out] ... {message[-200:]}"
 
 
 def _silence_stdout() -> None:
@@ -242,12 +264,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(err)
         if message is None:
             print(
-                f"rlid {args.command}: internal error: {type(err).__name__}: {err} "
-                "(run `rlid --debug ...` for the traceback, and please report it)",
+                f"rlid {args.command}: internal error: {type(err).__name__}: "
+                f"{one_line(str(err))} (run `rlid --debug ...` for the traceback, and please "
+                "report it)",
                 file=sys.stderr,
             )
             return 1
-        print(f"rlid {args.command}: error: {message}", file=sys.stderr)
+        print(f"rlid {args.command}: error: {one_line(message)}", file=sys.stderr)
         return 2
 
 

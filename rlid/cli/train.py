@@ -107,7 +107,7 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     the model is played with, and the number of episodes: ``--config FILE.toml`` (as
     for ``rlid train``) < flags; or, with ``--setting``, a comparison's run config."""
     from envs.registry import parse_option_strings
-    from rlid.config import config_from_values, read_toml
+    from rlid.config import config_from_values, config_table, read_toml
 
     if args.setting is not None or args.arm is not None:
         return setting_eval_config(args)
@@ -119,7 +119,7 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
                 f"{args.config} is a comparison config (rlid compare); name one of its "
                 "settings with --setting NAME (and an arm with --arm NAME)"
             )
-    options = dict(data.pop("env_options", {}) or {})
+    options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     if args.env is not None and args.env != data.get("env"):
         options = {}  # the file's options belong to the file's env
     flags = {key: getattr(args, key) for key in ("env", "plane") if getattr(args, key) is not None}

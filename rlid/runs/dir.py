@@ -38,6 +38,7 @@ from rlid.runs.files import (
     link_message,
     remove_leftovers,
     staged_dir,
+    write_errors_as_os_errors,
 )
 from rlid.runs.integrity import (
     FILES,
@@ -195,7 +196,7 @@ def save_checkpoint(
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
     old = run_dir / f"{_STAGING}old.{os.getpid()}"  # found by recover_checkpoint_dir
-    with staged_dir(final, prefix=_STAGING, aside=old) as tmp:
+    with write_errors_as_os_errors(final), staged_dir(final, prefix=_STAGING, aside=old) as tmp:
         given = {"state_dict": model_state} if model_state is not None else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")

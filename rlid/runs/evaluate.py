@@ -53,7 +53,7 @@ def evaluate_run(
     ckpt = Path(run) / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
-    check_checkpoint(ckpt, config)
+    check_checkpoint(ckpt, config, action="evaluate")
     log = RunLog(Path(run), config, resuming=True)
     _set_threads(config)
     model, tokenizer = load_run_model(config, log)

@@ -47,7 +47,7 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     ckpt = run / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to export")
-    check_checkpoint(ckpt, config)
+    check_checkpoint(ckpt, config, action="export")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} already holds files; choose a new export directory")
     log = RunLog(run, config, resuming=True)

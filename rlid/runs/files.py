@@ -13,6 +13,7 @@ import ctypes
 import errno
 import io
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -87,6 +88,36 @@ def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
             "directory (else it would write outside it): remove it"
         )
     return fd
+
+
+def os_error_of(err: BaseException, path: Path | str | None = None) -> OSError | None:
+    """The operating-system error inside a library's own error type, as an ``OSError``
+    naming ``path``; None if there is none. safetensors reports a full disk as
+    ``SafetensorError("... No space left on device (os error 28)")``, which would
+    otherwise read as a corrupt file.
+
+    >>> os_error_of(ValueError("I/O error: No space left on device (os error 28)"), "x").errno
+    28
+    """
+    match = re.search(r"\(os error (\d+)\)|Os \{ code: (\d+)", str(err))
+    if match is None:
+        return None
+    code = int(match.group(1) or match.group(2))
+    return OSError(code, os.strerror(code), None if path is None else str(path))
+
+
+@contextmanager
+def write_errors_as_os_errors(path: Path) -> Iterator[None]:
+    """A write error that safetensors wraps in its own type, raised as the ``OSError`` it
+    is, naming ``path`` (a full disk: "No space left on device: PATH", not "a corrupt
+    file")."""
+    try:
+        yield
+    except Exception as err:
+        error = os_error_of(err, path) if type(err).__name__ == "SafetensorError" else None
+        if error is None:
+            raise
+        raise error from None
 
 
 def umask() -> int:

@@ -30,7 +30,7 @@ from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 from rlid.runs.files import refuse_link
-from rlid.runs.lock import RunLock
+from rlid.runs.lock import LOCK_NAME, RunLock
 from rlid.runs.pin import check_pin, model_pin
 from rlid.runs.software import software_record
 from rlid.runs.trackers import RunTrackers
@@ -179,10 +179,7 @@ class RunLog:
             return cls(path, config, resuming=False, writer=False)
         check_writable_dir(path)
         if not rundir.is_empty_dir(path):
-            raise ValueError(
-                f"{path} already holds files; resume it with `rlid train --resume {path}` "
-                "or choose another --out"
-            )
+            raise ValueError(_occupied(path))
         return cls(path, config, resuming=False)
 
     @classmethod
@@ -211,10 +208,7 @@ class RunLog:
             self._lock = RunLock(self.path, "rlid train").acquire()
             if not rundir.is_empty_dir(self.path):  # another run got here first
                 self.close()
-                raise ValueError(
-                    f"{self.path} already holds files; resume it with "
-                    f"`rlid train --resume {self.path}` or choose another --out"
-                )
+                raise ValueError(_occupied(self.path))
             rundir.write_json(
                 self.path / "config.json",
                 sealed=True,
@@ -447,12 +441,32 @@ class RunLog:
 
 
 # ------------------------------------------------------------------------- resume checks
+def _occupied(path: Path) -> str:
+    """Why a new run refuses ``path``: a run to resume, or someone else's files."""
+    if (path / "config.json").is_file():
+        return (
+            f"{path} already holds files; resume it with `rlid train --resume {path}` or "
+            "choose another --out"
+        )
+    names = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (
+        f"{path} already holds files ({shown}) and is not a run directory (no config.json); "
+        "choose another --out, or empty it"
+    )
+
+
 def check_writable_dir(path: Path) -> None:
     """Fail early (before any model loads) when ``path`` cannot become a run directory."""
     import errno
     import os
 
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise FileNotFoundError(
+            f"--out {path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+            "create that directory, or give another --out"
+        )
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "--out is a file, not a directory", str(path))
     parent = path
@@ -464,8 +478,9 @@ def check_writable_dir(path: Path) -> None:
         raise PermissionError(errno.EACCES, "cannot write under this directory", str(parent))
 
 
-def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
-    """Every piece of a checkpoint is there (readability is checked as it loads)."""
+def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume") -> None:
+    """Every piece of a checkpoint is there, as it was written (sha256); ``action``: what
+    the checkpoint is read for, as messages say it (resume, evaluate, export)."""
     from rlid.runs.state import LEGACY_NAME, legacy_message
 
     ckpt = Path(ckpt)
@@ -484,10 +499,10 @@ def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
         needed.append(model_dir / "*.safetensors")
     missing = [str(p.relative_to(ckpt)) for p in needed if not p.exists()]
     if missing:
+        never = " A run is never silently restarted from iteration 1" if action == "resume" else ""
         raise ValueError(
-            f"cannot resume: the checkpoint in {ckpt} is incomplete (missing: "
-            f"{', '.join(missing)}); restore those files, or start a new run. A run is "
-            "never silently restarted from iteration 1"
+            f"cannot {action}: the checkpoint in {ckpt} is incomplete (missing: "
+            f"{', '.join(missing)}); restore those files, or start a new run.{never}"
         )
     rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
 
