@@ -289,3 +289,65 @@ def test_a_changed_record_is_refused_not_taken_at_its_word(finished_run, tmp_pat
     (run / "config.json").write_text(json.dumps(raw))
     assert cli_main(["eval", "--run", str(run), "--episodes", "1"]) == 2
     assert "config.json was changed after rlid wrote it" in one_line(capsys)
+
+
+# ------------------------------------------------------- 6. nothing lost silently on resume
+def _rows(run: Path) -> list[dict]:
+    from rlid.runs.dir import read_metrics
+
+    return read_metrics(run)
+
+
+@pytest.mark.parametrize("damage", ["emptied", "removed", "cut short", "bit flipped"])
+def test_a_resume_rebuilds_lost_metrics_rows_from_the_checkpoint_and_says_so(
+    finished_run, tmp_path, capsys, damage
+):
+    run = copy_run(finished_run, tmp_path)
+    rows = _rows(run)
+    path = run / "metrics.jsonl"
+    if damage == "emptied":
+        path.write_text("")
+    elif damage == "removed":
+        path.unlink()
+    elif damage == "cut short":
+        path.write_text("".join(path.read_text().splitlines(keepends=True)[:1]))
+    else:
+        text = path.read_text()
+        path.write_text(text.replace('"iteration": 1', '"iteration": 3', 1))
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"{path} " in err and f"rebuilt iterations 1-{len(rows)} from" in err, err
+    after = _rows(run)
+    assert [r["iteration"] for r in after] == list(range(1, len(after) + 1))
+    assert len(after) > len(rows) and after[: len(rows)] == rows
+    assert cli_main(["train", "--resume", str(run), "--steps", "60", "--quiet"]) == 0
+    assert "rebuilt" not in capsys.readouterr().err  # a whole history is left alone
+
+
+@pytest.mark.parametrize("damage", ["removed", "bit flipped"])
+def test_a_resume_rebuilds_a_lost_eval_json_from_the_checkpoint(
+    finished_run, tmp_path, capsys, damage
+):
+    run = copy_run(finished_run, tmp_path)
+    before = json.loads((run / "eval.json").read_text())["before"]
+    if damage == "removed":
+        (run / "eval.json").unlink()
+    else:
+        text = (run / "eval.json").read_text()
+        (run / "eval.json").write_text(text.replace('"episodes": 1', '"episodes": 9', 1))
+    assert cli_main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert "eval.json" in capsys.readouterr().err
+    evals = json.loads((run / "eval.json").read_text())
+    assert evals["before"] == before and "after" in evals  # the final one ran again
+
+
+def test_a_checkpoint_without_a_copy_refuses_a_resume_that_would_lose_rows(
+    finished_run, tmp_path, capsys
+):
+    run = copy_run(finished_run, tmp_path)
+    _as_an_older_checkpoint(run)
+    (run / "checkpoint" / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").write_text("")
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 2
+    line = one_line(capsys)
+    assert "metrics.jsonl holds the rows of 0 of the" in line and "keeps no copy" in line, line

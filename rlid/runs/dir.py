@@ -183,6 +183,7 @@ def save_checkpoint(
     rng_states: list[dict[str, Any]] | None = None,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    records: dict[str, str] | None = None,
 ) -> Path:
     """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
 
@@ -191,7 +192,8 @@ def save_checkpoint(
     ``rng_states``: every process's RNG state in rank order (default: this one's).
     ``model_state`` / ``optimizer_state``: full state dicts to write instead of the
     model's and optimizer's own (a sharded model gathers them first); the files are
-    the same either way.
+    the same either way. ``records``: text files kept in the checkpoint by name (the
+    run's history, :mod:`rlid.runs.history`).
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
@@ -211,6 +213,8 @@ def save_checkpoint(
             tmp / TRAINER_STATE,
             {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
+        for name, text in (records or {}).items():
+            (tmp / name).write_text(text)
         # the sha256 of every file, checked before the checkpoint is trusted again
         record = seal({**_jsonable(state), FILES: file_digests(tmp)})
         (tmp / "state.json").write_text(json.dumps(record, indent=2, sort_keys=True))

@@ -30,6 +30,7 @@ from envs import gym_id
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 from rlid.runs.files import resolve_link, staged_dir
+from rlid.runs.history import checkpointed_rows
 
 FORMAT = "rlid-agent"
 FORMAT_VERSION = 1
@@ -86,7 +87,7 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
             rundir.read_json(run / "eval.json", sealed=True) if (run / "eval.json").exists() else {}
         )
         rundir.atomic_write_text(
-            tmp / "README.md", model_card(config, evals, rundir.read_metrics(run), interface)
+            tmp / "README.md", model_card(config, evals, checkpointed_rows(run, ckpt), interface)
         )
     return out
 

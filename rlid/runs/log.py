@@ -29,6 +29,7 @@ import torch
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
+from rlid.runs import history
 from rlid.runs.files import refuse_link
 from rlid.runs.lock import LOCK_NAME, RunLock
 from rlid.runs.pin import check_pin, model_pin
@@ -165,8 +166,7 @@ class RunLog:
             if not writer:  # several processes: rank 0 holds the lock and writes
                 resuming = (path / rundir.CHECKPOINT / "state.json").exists()
                 log = cls(path, saved, resuming=resuming, writer=False)
-                log.metrics = rundir.read_metrics(path) if resuming else []
-                return log
+                return log  # its rows are read by restore
             lock = RunLock(path, "rlid train --resume").acquire()
             try:
                 return cls._open_resume(path, lock)
@@ -194,9 +194,7 @@ class RunLog:
         needs_start_model = saved.lora_rank > 0 or saved.kl_coef > 0 or saved.beta > 0
         if ckpt is not None and needs_start_model and raw.get("start_model"):
             check_pin(raw["start_model"], path)
-        log = cls(path, saved, resuming=ckpt is not None, lock=lock)
-        log.metrics = rundir.read_metrics(path) if log.resuming else []
-        return log
+        return cls(path, saved, resuming=ckpt is not None, lock=lock)  # rows: restore
 
     def start(self) -> None:
         """Take the lock (new run) and write config.json (call once setup has succeeded)."""
@@ -296,6 +294,10 @@ class RunLog:
                 if not _is_finite(param.detach()):
                     self._stop_non_finite(iteration, f"{what} parameter {name}", "NaN/inf")
         extra = {"value_head": value_head} if value_head is not None else {}
+        # the history up to this iteration, from which a resume can rebuild it
+        records = {history.METRICS: history.rows_text(self.metrics)}
+        if (self.path / history.EVALS).is_file():
+            records[history.EVALS] = (self.path / history.EVALS).read_text()
         state = {
             "iteration": iteration,
             "budget": budget.to_dict(),
@@ -306,6 +308,7 @@ class RunLog:
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
             rng_states=rng_states, model_state=model_state, optimizer_state=optimizer_state,
+            records=records,
         )  # fmt: skip
 
     def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
@@ -380,8 +383,10 @@ class RunLog:
             setattr(budget, name, getattr(restored, name))
         self.checkpoint_wall = budget.wall_time
         iteration = int(state["iteration"])
-        self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
+        # rows 1..iteration, rebuilt from the checkpoint's copy if the file lost any
+        self.metrics = history.resumed_metrics(self.path, ckpt, iteration, writer=self.writer)
         if self.writer:
+            history.resume_evals(self.path, ckpt)
             rundir.write_metrics(self.path, self.metrics)
             self._record_resuming_software(raw, iteration)
         return iteration
