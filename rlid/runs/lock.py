@@ -18,6 +18,7 @@ implement it, two hosts are not kept apart.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -32,6 +33,18 @@ from rlid.runs.files import open_own_file
 LOCK_NAME = ".rlid.lock"
 
 _HELD: dict[str, RunLock] = {}  # resolved lock path -> holder in this process
+
+
+def release_all() -> None:
+    """Release every lock this process holds, clearing their records (the CLI calls it
+    on every exit, error or signal included, so the next run finds no stale holder;
+    it also runs at interpreter exit)."""
+    for lock in list(_HELD.values()):
+        with contextlib.suppress(Exception):
+            lock.release()
+
+
+atexit.register(release_all)
 
 
 _RETAKES = 5  # attempts when the lock file is removed under us (see acquire)
