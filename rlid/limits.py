@@ -18,7 +18,8 @@ an internal error (``docs/run-directories.md`` lists them):
 * ``--temperature`` in :data:`TEMPERATURE_RANGE` (logits / T stays finite in float32
   and bfloat16), ``--dist-timeout`` at most :data:`MAX_DIST_TIMEOUT` seconds;
 * the interface's ``--memory-size`` at most :data:`MAX_MEMORY_SIZE` items and
-  ``--max-obs-chars`` at most :data:`MAX_OBS_CHARS`.
+  ``--max-obs-chars`` at most :data:`MAX_OBS_CHARS`;
+* an error line at most :data:`MESSAGE_LIMIT` characters (:func:`one_line`).
 
 :func:`check_bounds` holds the machine-independent ones (``TrainConfig`` validation,
 so a run's record is checked when read); :func:`check_machine_limits` the ones that
@@ -50,6 +51,23 @@ TEMPERATURE_RANGE = (1e-3, 1e3)
 MAX_DIST_TIMEOUT = 7 * 24 * 3600.0
 MAX_MEMORY_SIZE = 1024
 MAX_OBS_CHARS = 1 << 20
+
+
+MESSAGE_LIMIT = 1000
+"""Characters of an error line at most: a message that quotes a huge input is cut."""
+
+
+def one_line(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` on one line, its middle cut when it is longer than ``limit``.
+
+    >>> one_line("a\nb")
+    'a b'
+    """
+    message = " ".join(message.splitlines())
+    if len(message) <= limit:
+        return message
+    cut = len(message) - limit
+    return f"{message[: limit - 200]} ... [{cut} characters left out] ... {message[-200:]}"
 
 
 def flag(name: str) -> str:

@@ -3,6 +3,7 @@ is wrong and where (not an internal error, not advice about another problem)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,10 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 def one_line(capsys) -> str:
-    err = capsys.readouterr().err
+    return one_line_of(capsys.readouterr().err)
+
+
+def one_line_of(err: str) -> str:
     assert "Traceback" not in err, err
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("note:", "WARN"))]
     assert len(lines) == 1, err
@@ -197,3 +201,30 @@ def test_a_real_full_disk_is_one_line(tmp_path, capsys):
         assert "corrupt" not in line
     finally:
         subprocess.run(["umount", "--lazy", str(small)], check=True)
+
+
+# ------------------------------------------------------------------ terminal safety
+@pytest.mark.parametrize("control", ["\u001b[31m", "\u0007", "\u0000", "\u009b2J", "\u202e"])
+@pytest.mark.parametrize("where", ["wording", "action", "goal"])
+def test_audit_refuses_text_that_could_drive_the_terminal(tmp_path, capsys, control, where):
+    wordings = {"go east": ["go east", "walk east"], "look": ["look"]}
+    argv = ["audit", "--mc-sizes", "2", "--n-boot", "10"]
+    if where == "wording":
+        wordings["go east"].append(f"go {control}east")
+    elif where == "action":
+        wordings[f"take {control}key"] = ["take key"]
+    else:
+        argv += ["--goal", f"find {control}the key"]
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(wordings))
+    assert cli_main([*argv, "--wordings", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    line = one_line_of(captured.err)
+    assert f"{where} (" in line and "control character U+" in line, line
+    assert not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or c == "\u202e" for c in line), line
+
+
+def test_audit_threads_are_bounded(capsys):
+    assert cli_main(["audit", "--threads", "100000"]) == 2
+    assert "--threads 100000 is not between 1 and" in one_line_of(capsys.readouterr().err)

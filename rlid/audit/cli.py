@@ -14,6 +14,16 @@ from rlid.audit import run as _run
 from rlid.audit.report import format_report, write_plot
 from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
 from rlid.flags import add_dataclass_arguments, given_values
+from rlid.limits import one_line
+
+
+def check_threads(threads: int) -> None:
+    """``--threads`` from 1 to what this machine can use (:mod:`rlid.limits`)."""
+    from rlid.limits import PER_CORE, usable_cores
+
+    most = PER_CORE * usable_cores()
+    if not 1 <= threads <= most:
+        raise ValueError(f"--threads {threads} is not between 1 and {most} ({PER_CORE} x cores)")
 
 
 # ------------------------------------------------------------------------- CLI
@@ -38,8 +48,9 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
-    torch.set_num_threads(max(1, args.threads))
     try:
+        check_threads(args.threads)
+        torch.set_num_threads(args.threads)
         config = AuditConfig(**given_values(args, AuditConfig))
         wordings = load_wordings(config.wordings) if config.wordings else None
         resolve_problem(config, wordings)  # input errors before the model loads
@@ -51,7 +62,7 @@ def run_audit(args: argparse.Namespace) -> int:
         report["seconds"] = time.perf_counter() - start
     except (ValueError, FileNotFoundError, KeyError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"rlid audit: error: {msg}", file=sys.stderr)
+        print(f"rlid audit: error: {one_line(str(msg))}", file=sys.stderr)
         return 2
     # The result first: a plot path that cannot be written must not lose the audit
     # (the write error then reaches the CLI's one-line error handler).

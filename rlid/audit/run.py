@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,7 @@ def parse_advantages(pairs: tuple[str, ...], actions: tuple[str, ...]) -> dict[s
 # wording was enough to exhaust 24 GB. These are far above any real action text.
 MAX_TEXT_CHARS = {"wording": 300, "action": 300, "goal": 4000, "observation": 4000}
 MAX_WORDINGS = 2000
+_CONTROL = ("Cc", "Cf", "Cs", "Co", "Cn")  # control, format, surrogate, private, unassigned
 
 
 def check_text_limits(
@@ -211,10 +213,17 @@ def check_text_limits(
             )
     for kind, text in texts:
         limit = MAX_TEXT_CHARS[kind]
+        article = "an" if kind[0] in "aeiou" else "a"
         if len(text) > limit:
             raise ValueError(
-                f"a{'n' if kind[0] in 'aeiou' else ''} {kind} of {len(text):,} characters "
+                f"{article} {kind} of {len(text):,} characters "
                 f"({text[:40]!r}...) is over the limit of {limit:,} characters; shorten it"
+            )
+        control = next((c for c in text if unicodedata.category(c) in _CONTROL), None)
+        if control is not None:  # printed as given, it could drive the terminal
+            raise ValueError(
+                f"{article} {kind} ({text[:40]!r}) holds the control character "
+                f"U+{ord(control):04X}; the audit takes printable text only"
             )
 
 

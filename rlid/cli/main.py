@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # standard library only: keeps `rlid --help` fast
+from rlid.limits import one_line
 from rlid.runs.stop import (
     RunStopped,
     Terminated,
@@ -199,23 +200,6 @@ def error_message(err: BaseException) -> str | None:
             return error_message(inner)
         return f"a .safetensors file is corrupt or truncated: {err}"
     return None
-
-
-MESSAGE_LIMIT = 1000
-"""Characters of an error line at most: a message that quotes a huge input is cut."""
-
-
-def one_line(message: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``message`` on one line, its middle cut when it is longer than ``limit``.
-
-    >>> one_line("a\nb")
-    'a b'
-    """
-    message = " ".join(message.splitlines())
-    if len(message) <= limit:
-        return message
-    cut = len(message) - limit
-    return f"{message[: limit - 200]} ... [{cut} characters left out] ... {message[-200:]}"
 
 
 def _silence_stdout() -> None:
