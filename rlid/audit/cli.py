@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-from rlid.audit import run as _run
-from rlid.audit.report import format_report, write_plot
-from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
+from rlid.audit.config import AuditConfig
 from rlid.flags import add_dataclass_arguments, given_values
 from rlid.limits import one_line
+
+
+def _module_doc(name: str) -> str:
+    """A module's docstring, read from its source without importing it (``rlid.audit.run``
+    imports torch; ``rlid audit --help`` should not)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return ""
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False) or ""
 
 
 def check_threads(threads: int) -> None:
@@ -32,7 +39,7 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
         help="check the marginalization variance identity exactly, with negative controls",
-        description=(_run.__doc__ or "").split("\n\n    >>>")[0],
+        description=_module_doc("rlid.audit.run").split("\n\n    >>>")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dataclass_arguments(parser, AuditConfig)
@@ -48,6 +55,11 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
+    import torch
+
+    from rlid.audit.report import format_report, write_plot
+    from rlid.audit.run import audit, load_wordings, resolve_problem
+
     try:
         check_threads(args.threads)
         torch.set_num_threads(args.threads)
