@@ -164,6 +164,9 @@ class StopSignals:
             print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
+            # the default action, even where the handler restored above would raise
+            # Terminated (the CLI's): at once, also in the middle of a native call
+            signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
             return
         self.signum, self._first_at = signum, time.monotonic()
