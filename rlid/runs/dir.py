@@ -262,8 +262,8 @@ def recover_checkpoint_dir(run_dir: Path, *, tidy: bool = False) -> Path | None:
 
 def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
     """The checkpoint's ``state.json``, checked: its own sha256, its fields, and the
-    sha256 of every file it lists (:mod:`rlid.runs.integrity`; a checkpoint of rlid
-    <= 0.3 lists none). Raises ``ValueError`` naming the file that does not match."""
+    sha256 of every file it lists (:mod:`rlid.runs.integrity`; a checkpoint written by
+    an earlier version lists none). Raises ``ValueError`` naming the file that does not match."""
     path = Path(ckpt) / "state.json"
     state = check_state_record(read_json(path, sealed=True), path)
     verify_files(Path(ckpt), state.get(FILES, {}), record=path)

@@ -67,19 +67,17 @@ def resumed_metrics(
                     else "differs from the checkpoint's copy"
                 )
             if writer:
-                _note(
-                    f"{run_dir / METRICS} {problem}: rebuilt iterations 1-{iteration} from "
-                    f"{ckpt / METRICS}"
-                )
+                span = "iteration 1" if iteration == 1 else f"iterations 1-{iteration}"
+                _note(f"{run_dir / METRICS} {problem}: rebuilt {span} from {ckpt / METRICS}")
         return saved
     numbers = None if kept is None else [r["iteration"] for r in kept]
     if numbers != list(range(1, iteration + 1)):
         if kept is not None:
             problem = f"holds the rows of {len(kept)} of the {iteration} checkpointed iterations"
         raise ValueError(
-            f"cannot resume {run_dir}: its {METRICS} {problem}, and its checkpoint (of an "
-            "earlier rlid) keeps no copy to rebuild it from; restore the file, or start a "
-            "new run"
+            f"cannot resume {run_dir}: its {METRICS} {problem}, and its checkpoint (written "
+            "by an earlier version) keeps no copy to rebuild it from; restore the file, or "
+            "start a new run"
         )
     return kept or []
 

@@ -7,7 +7,7 @@
 * The JSON records rlid reads back (``config.json``, ``eval.json``, a checkpoint's
   ``state.json``) carry a ``"sha256"`` of their own content (:func:`seal`), checked
   when they are read (:func:`unseal`): a flipped bit or a hand edit is refused, not
-  taken at its word. A record without one (written by rlid <= 0.3) is read as before.
+  taken at its word. A record without one (written by an earlier version) is read as before.
 
 The digests catch damage (a flipped bit, a truncated copy, a file swapped for
 another); they do not stop someone who rewrites a file and its digest together: a
