@@ -24,7 +24,8 @@ CUSTOM_CODE_FIELDS = ("auto_map",)
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
-"""Any one of them lets a tokenizer be built (with tokenizer_config.json beside it)."""
+"""Any one of them (or another ``*.model`` / ``vocab*`` file) lets a tokenizer be built,
+with ``tokenizer_config.json`` beside it."""
 
 
 class UntrustedModelError(ValueError):
@@ -73,7 +74,10 @@ def check_model_folder(path: Path, *, adapters: bool = False) -> None:
                 "safe_serialization=True) and pass DIR"
             )
         raise UntrustedModelError(f"{path} holds no weights (*.safetensors)")
-    if not adapters and not any(name in files for name in TOKENIZER_FILES):
+    vocabulary = [
+        n for n in files if n in TOKENIZER_FILES or n.endswith(".model") or n.startswith("vocab")
+    ]
+    if not adapters and not vocabulary:
         raise UntrustedModelError(
             f"{path} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): copy "
             "them from where the model came from"

@@ -351,3 +351,41 @@ def test_a_checkpoint_without_a_copy_refuses_a_resume_that_would_lose_rows(
     assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 2
     line = one_line(capsys)
     assert "metrics.jsonl holds the rows of 0 of the" in line and "keeps no copy" in line, line
+
+
+def test_a_checkpoint_swapped_in_while_it_is_verified_is_verified_again(
+    finished_run, tmp_path, monkeypatch
+):
+    # rlid eval and export take no lock: a training run may publish its next checkpoint
+    # between their reading state.json and hashing the files it lists
+    from rlid.runs import dir as rundir
+
+    run = copy_run(finished_run, tmp_path)
+    older = tmp_path / "older-checkpoint"
+    shutil.copytree(run / "checkpoint", older)
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 0
+    newer = tmp_path / "newer-checkpoint"
+    shutil.move(run / "checkpoint", newer)
+    shutil.move(older, run / "checkpoint")  # the reader starts on the older one
+    real, calls = rundir.verify_files, []
+
+    def swapped_meanwhile(root, digests, *, record):
+        calls.append(1)
+        if len(calls) == 1:
+            shutil.rmtree(run / "checkpoint")
+            shutil.move(newer, run / "checkpoint")
+        return real(root, digests, record=record)
+
+    monkeypatch.setattr(rundir, "verify_files", swapped_meanwhile)
+    state = rundir.verify_checkpoint(run / "checkpoint")
+    assert len(calls) == 2 and state["iteration"] == _rows(run)[-1]["iteration"]
+
+
+def test_extending_a_run_whose_eval_json_is_damaged_rebuilds_it(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    before = json.loads((run / "eval.json").read_text())["before"]
+    (run / "eval.json").write_text("{")
+    assert cli_main(["train", "--resume", str(run), "--steps", "40", "--quiet"]) == 0
+    assert "eval.json is damaged: rebuilt from" in capsys.readouterr().err
+    evals = json.loads((run / "eval.json").read_text())
+    assert evals["before"] == before and "after" in evals

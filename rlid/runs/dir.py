@@ -265,9 +265,19 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
     sha256 of every file it lists (:mod:`rlid.runs.integrity`; a checkpoint written by
     an earlier version lists none). Raises ``ValueError`` naming the file that does not match."""
     path = Path(ckpt) / "state.json"
-    state = check_state_record(read_json(path, sealed=True), path)
-    verify_files(Path(ckpt), state.get(FILES, {}), record=path)
-    return state
+    for attempt in range(3):
+        text = path.read_bytes()
+        state = check_state_record(read_json(path, sealed=True), path)
+        try:
+            verify_files(Path(ckpt), state.get(FILES, {}), record=path)
+        except ValueError:
+            # a training run alongside (eval and export take no lock) may have swapped
+            # in its next checkpoint meanwhile: then check that one instead
+            if attempt == 2 or not path.is_file() or path.read_bytes() == text:
+                raise
+            continue
+        return state
+    raise AssertionError("unreachable")
 
 
 def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str, Any]:

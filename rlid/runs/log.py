@@ -512,6 +512,14 @@ def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume")
     rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
 
 
+def _readable_json(path: Path) -> Any:
+    """A sealed JSON record, or None when it is missing or damaged."""
+    try:
+        return rundir.read_json(path, sealed=True) if path.is_file() else None
+    except ValueError:
+        return None
+
+
 def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
     """No checkpoint: fine only if the run never got as far as writing one."""
     evidence = []
@@ -574,11 +582,11 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
             "fingerprint": raw.get("fingerprint") or config_fingerprint(config),
         }
         eval_path = path / "eval.json"
-        if "steps" in diff and eval_path.exists():
-            evals = rundir.read_json(eval_path, sealed=True)
-            if "after" in evals:  # the extended run gets its own final evaluation
-                entry["previous_after"] = evals.pop("after")
-                rundir.write_json(eval_path, evals, sealed=True)
+        # (a damaged eval.json is left to the resume, which rebuilds it from the checkpoint)
+        evals = _readable_json(eval_path) if "steps" in diff else None
+        if isinstance(evals, dict) and "after" in evals:  # the extension evaluates anew
+            entry["previous_after"] = evals.pop("after")
+            rundir.write_json(eval_path, evals, sealed=True)
         raw.update(config=new.to_dict(), fingerprint=config_fingerprint(new))
         raw["history"] = [*raw.get("history", []), entry]
         rundir.write_json(path / "config.json", raw, sealed=True)
