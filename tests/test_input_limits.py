@@ -104,3 +104,16 @@ def test_limits_hold_for_configs_built_in_code():
     TrainConfig(**base, groups_per_iter=32_768, group_size=2)
     with pytest.raises(ValueError, match="temperature"):
         TrainConfig(**base, temperature=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--threads", "100000"], "--threads 100000 is more than this machine can use"),
+     (["--seed", "-1"], "--seed -1 is out of range")],
+)  # fmt: skip
+def test_pretrain_checks_its_threads_and_seed_before_any_work(tmp_path, capsys, flags, named):
+    out = tmp_path / "model"
+    argv = ["pretrain", "--envs", "keydoor", "--episodes", "1", "--steps", "1", "--quiet"]
+    assert cli_main([*argv, *flags, "--out", str(out)]) == 2
+    assert named in one_line(capsys)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
