@@ -24,6 +24,7 @@ from menus import Interface
 from rlid.budget import BudgetCurrency
 from rlid.flags import add_dataclass_arguments, flag_name
 from rlid.flags import given_values as flags_given
+from rlid.limits import INT64, check_bounds
 from rlid.names import (
     AdvantageKind,
     AdvantageScale,
@@ -298,6 +299,7 @@ class TrainConfig:
             )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
+        check_bounds(self)  # counts, sizes and scales within what torch can take
         object.__setattr__(self, "report_to", parse_report_to(self.report_to))
 
     @property
@@ -481,6 +483,8 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{_flag_hint(name)} must be a whole number, got {value!r}{example}")
+        if not -INT64 <= value < INT64:  # torch and numpy integers have 64 bits
+            raise ValueError(f"{_flag_hint(name)} must fit in 64 bits, got {str(value)[:40]}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{_flag_hint(name)} must be a number, got {value!r}{example}")
@@ -522,12 +526,29 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def read_toml(path: Path, what: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
     """A TOML file as a dict; a missing file or a syntax error is a clear ``error``
     naming ``what`` (e.g. "config file") and the path."""
+    if path.is_dir():
+        raise error(f"{what} {path} is a directory; give a TOML file")
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{what} {path} is not a text file (not UTF-8); give a TOML file") from None
     except tomllib.TOMLDecodeError as err:
         raise error(f"{what} {path} is not valid TOML: {err}") from None
+    except RecursionError:
+        raise error(f"{what} {path} nests arrays or tables too deeply to be read") from None
+
+
+def config_table(value: Any, key: str, example: str) -> dict[str, Any]:
+    """A TOML table given for ``key`` as a dict (absent: empty); anything else is one line
+    showing the form, e.g. ``env_options = {size = 2}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+        raise ValueError(f"config key {key!r} must be a table, e.g. {key} = {example}; got {shown}")
+    return dict(value)
 
 
 def given_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -540,8 +561,8 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
         data = read_toml(Path(args.config), "config file")
-    interface = dict(data.pop("interface", {}) or {})
-    env_options = dict(data.pop("env_options", {}) or {})
+    interface = config_table(data.pop("interface", None), "interface", '{memory = "none"}')
+    env_options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     data.update(flags_given(args, TrainConfig, skip=_SKIP_FLAGS))
     base = tuple(f.name for f in dataclasses.fields(TrainConfig))
     for cls in plane_config_classes().values():

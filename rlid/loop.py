@@ -42,6 +42,7 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
+from rlid.limits import check_machine_limits
 from rlid.lora import AdapterDisabled
 from rlid.models import CausalLM, own_memory
 from rlid.planes import get_plane
@@ -118,6 +119,7 @@ def open_run(
     world = dist_.init(config.dist_timeout if config is not None else 300.0)
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer, pins=model_pin)
     config = log.config
+    check_machine_limits(config)  # threads, workers and batch memory, before the model loads
     if plane is not None and config.plane != plane:
         raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)

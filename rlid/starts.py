@@ -167,7 +167,9 @@ def _play_start_usable(cache: Path) -> bool:
     if not (cache / "config.json").is_file():
         return False
     try:
-        cached = AutoTokenizer.from_pretrained(cache, local_files_only=True)
+        cached = AutoTokenizer.from_pretrained(
+            cache, local_files_only=True, trust_remote_code=False
+        )
     except (OSError, ValueError, TypeError):
         return False
     if cached.get_vocab() == build_tiny_tokenizer().get_vocab():

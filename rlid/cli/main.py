@@ -20,10 +20,20 @@ import argparse
 import errno
 import faulthandler
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from rlid.runs.stop import RunStopped  # standard library only: keeps `rlid --help` fast
+# standard library only: keeps `rlid --help` fast
+from rlid.limits import one_line
+from rlid.runs.stop import (
+    RunStopped,
+    Terminated,
+    restore_sigterm,
+    signal_name,
+    terminate_by_exception,
+)
 
 
 class UserError(Exception):
@@ -183,6 +193,11 @@ def error_message(err: BaseException) -> str | None:
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
         return str(err)
     if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
+        from rlid.runs.files import os_error_of
+
+        inner = os_error_of(err)
+        if inner is not None:  # writing: a full disk, a read-only file system, ...
+            return error_message(inner)
         return f"a .safetensors file is corrupt or truncated: {err}"
     return None
 
@@ -218,13 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     debug = args.debug or bool(os.environ.get("RLID_DEBUG"))
     _print_native_crashes()
+    previous = terminate_by_exception()  # SIGTERM in any phase: a line, not a vanishing
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code
-    except KeyboardInterrupt:
-        print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+        print(f"\nrlid {args.command}: stopped by {signal_name(signum)}{_after_stop(args)}",
+              file=sys.stderr)  # fmt: skip
+        return 128 + signum
     except RunStopped as stopped:  # SIGTERM / Ctrl-C, after a checkpoint (rlid.runs.stop)
         if not stopped.quiet:  # one line per run, not one per rank
             print(f"rlid {args.command}: {stopped}", file=sys.stderr)
@@ -242,13 +260,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(err)
         if message is None:
             print(
-                f"rlid {args.command}: internal error: {type(err).__name__}: {err} "
-                "(run `rlid --debug ...` for the traceback, and please report it)",
+                f"rlid {args.command}: internal error: {type(err).__name__}: "
+                f"{one_line(str(err))} (run `rlid --debug ...` for the traceback, and please "
+                "report it)",
                 file=sys.stderr,
             )
             return 1
-        print(f"rlid {args.command}: error: {message}", file=sys.stderr)
+        print(f"rlid {args.command}: error: {one_line(message)}", file=sys.stderr)
         return 2
+    finally:
+        restore_sigterm(previous)
+        lock = sys.modules.get("rlid.runs.lock")
+        if lock is not None:  # every exit: no lock record left for the next run to take over
+            lock.release_all()
+
+
+def _after_stop(args: argparse.Namespace) -> str:
+    """What a stop by a signal leaves, said after "stopped by SIGTERM" (a run that can
+    be resumed: how; else nothing)."""
+    run = getattr(args, "resume", None) or getattr(args, "out", None)
+    if args.command == "train" and run is not None and (Path(run) / "config.json").is_file():
+        return (
+            f"; what its last checkpoint holds is kept: `rlid train --resume {run}` "
+            "continues (a run stopped before its first checkpoint starts again)"
+        )
+    if args.command == "compare":
+        return "; finished runs are kept: the same command continues"
+    return ""
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         print(f"warm-started tiny model already cached at {target} (use --force to redo)")
         return 0
     config = PretrainConfig(**given_values(args, PretrainConfig))
+    _check_limits(config)
     info = pretrain(
         config,
         out=target,
@@ -44,6 +45,19 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         f"{len(answered)} labels{labels}; saved to {info['path']}"
     )
     return 0
+
+
+def _check_limits(config: PretrainConfig) -> None:
+    """The seed and thread limits of ``rlid train`` (:mod:`rlid.limits`), before any work."""
+    from rlid.limits import PER_CORE, check_seed, usable_cores
+
+    check_seed(config.seed, "--seed")
+    most = PER_CORE * usable_cores()
+    if config.threads > most:
+        raise ValueError(
+            f"--threads {config.threads} is more than this machine can use: at most "
+            f"{PER_CORE} x its {usable_cores()} usable CPU core(s) = {most}"
+        )
 
 
 def add_pretrain_parser(sub: argparse._SubParsersAction) -> None:

@@ -65,7 +65,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from envs.registry import parse_option_strings
     from rlid.agents import EvalRequest, evaluate_model, evaluate_run
+    from rlid.limits import check_seed
 
+    check_seed(args.seed, "--seed")
     if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
     if args.run is None and args.model is None and args.setting is None:
@@ -106,7 +108,7 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     the model is played with, and the number of episodes: ``--config FILE.toml`` (as
     for ``rlid train``) < flags; or, with ``--setting``, a comparison's run config."""
     from envs.registry import parse_option_strings
-    from rlid.config import config_from_values, read_toml
+    from rlid.config import config_from_values, config_table, read_toml
 
     if args.setting is not None or args.arm is not None:
         return setting_eval_config(args)
@@ -118,7 +120,7 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
                 f"{args.config} is a comparison config (rlid compare); name one of its "
                 "settings with --setting NAME (and an arm with --arm NAME)"
             )
-    options = dict(data.pop("env_options", {}) or {})
+    options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     if args.env is not None and args.env != data.get("env"):
         options = {}  # the file's options belong to the file's env
     flags = {key: getattr(args, key) for key in ("env", "plane") if getattr(args, key) is not None}

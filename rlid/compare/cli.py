@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from rlid.compare.parse import load_compare_config
-from rlid.compare.run import run_comparison, run_references
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -26,6 +25,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from rlid.compare.run import run_comparison, run_references  # torch: not for --help
+
     compare = load_compare_config(args.config)  # every check before any run starts
     if args.arms is not None or args.envs is not None or args.seeds is not None:
         compare = compare.select(arms=args.arms, envs=args.envs, seeds=args.seeds)

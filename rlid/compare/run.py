@@ -33,6 +33,7 @@ from typing import Any
 
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.report import heldout_path
+from rlid.limits import check_machine_limits
 from rlid.loop import run_training
 from rlid.runs import dir as rundir
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
@@ -280,6 +281,7 @@ def _prepare(
             check_existing_run(run, run_dir, state)
             if state != "finished":
                 check_model_available(run)
+                check_machine_limits(run.config)  # threads, workers, batch memory
     rundir.write_json(out / "comparison.json", compare.to_dict())
 
 
@@ -480,3 +482,24 @@ def check_output_dir(out: Path) -> None:
             f"--out {out} already holds files and is not the output of `rlid compare` (no "
             "comparison.json); choose a new or empty directory so nothing there is overwritten"
         )
+    if out.is_dir():
+        refuse_output_links(out)
+
+
+def refuse_output_links(out: Path) -> None:
+    """No symbolic link where a comparison reads or writes in ``out`` (``out`` itself may
+    be one): its files, claims, references, held-out results and run directories."""
+    from rlid.runs.files import LinkRefusedError, link_message
+
+    for path in sorted(out.iterdir()):
+        if path.is_symlink():
+            raise LinkRefusedError(link_message(path))
+        if path.name == "runs" and path.is_dir():
+            for run_dir in sorted(path.iterdir()):
+                if run_dir.is_symlink():
+                    raise LinkRefusedError(link_message(run_dir))
+                rundir.refuse_run_links(run_dir)
+        elif path.is_dir():
+            for inner in sorted(path.rglob("*")):  # rglob lists links, never enters them
+                if inner.is_symlink():
+                    raise LinkRefusedError(link_message(inner))
