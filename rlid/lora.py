@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from rlid.model_folder import check_model_folder
+
 
 def _peft() -> Any:
     try:
@@ -63,7 +65,6 @@ def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Modul
             f"{adapter_dir} holds no LoRA adapters (no adapter_config.json): the checkpoint "
             "was not written by a run with lora_rank > 0"
         )
-    from rlid.model_folder import check_model_folder
 
     check_model_folder(adapter_dir, adapters=True)  # safetensors only, no custom code
     try:

@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 CUSTOM_CODE_FIELDS = ("auto_map",)
 """Config fields through which a folder asks transformers to import its own Python code."""
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json")
@@ -87,7 +89,6 @@ def check_model_folder(path: Path, *, adapters: bool = False) -> None:
 def check_finite_weights(model: Any, where: Path | str) -> None:
     """Refuse a loaded model with a NaN or infinite weight (it would train or play on
     NaN probabilities), naming the folder and the first such tensor."""
-    import torch
 
     with torch.no_grad():
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:

@@ -22,7 +22,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import (
@@ -35,12 +35,12 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from rlid.model_folder import check_finite_weights, check_model_folder, first_line
+from rlid.names import ModelSize
 from rlid.runs.files import resolve_link, staged_dir, write_errors_as_os_errors
 from rlid.tokenizer import TINY_MAX_LENGTH, build_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
 
-ModelSize = Literal["tiny", "large"]
 
 CausalLM = Any
 """A Hugging Face causal LM (``PreTrainedModel``) or a wrapper with the same surface

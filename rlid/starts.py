@@ -39,7 +39,8 @@ from envs.paths import cache_root
 from rlid.hardware import DTYPES
 from rlid.lora import apply_lora, attach_adapters
 from rlid.models import fresh_tiny_model, load_model_dir, own_memory
-from rlid.pretrain import PretrainConfig, pretrain
+from rlid.pretrain import PretrainConfig
+from rlid.pretrain.build import pretrain
 from rlid.runs.pin import weights_hash
 from rlid.tokenizer import build_tiny_tokenizer
 

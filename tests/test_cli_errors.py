@@ -277,7 +277,7 @@ def test_compare_waits_for_the_out_lock_and_names_its_holder(
 
 
 def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys, hold_lock):
-    from rlid.pretrain import work_dir
+    from rlid.pretrain.build import work_dir
 
     work = work_dir(tmp_path / "model")
     work.mkdir()

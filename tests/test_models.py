@@ -186,7 +186,8 @@ def test_saving_through_a_symbolic_link_writes_where_it_points(tmp_path, tok):
 
 
 def test_pretrain_refuses_a_file_as_its_output_before_building(tmp_path):
-    from rlid.pretrain import PretrainConfig, pretrain
+    from rlid.pretrain import PretrainConfig
+    from rlid.pretrain.build import pretrain
 
     out = tmp_path / "model"
     out.write_text("not a directory")

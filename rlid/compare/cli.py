@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from rlid.compare.parse import load_compare_config
+from rlid.compare.text import references_table
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -44,8 +45,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 0
     say = (lambda _msg: None) if args.quiet else print
     if args.references:
-        from rlid.compare.text import references_table
-
         refs = run_references(compare, args.out, say=say)
         if refs is None:
             return 1

@@ -44,7 +44,7 @@ eval_episodes and interface.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from menus import Interface
 from rlid.config import TrainConfig
@@ -250,3 +250,13 @@ def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: 
     if arm.plane == "token":
         data["algo"] = arm.algorithm
     return TrainConfig.from_dict(data)
+
+
+Reference = Literal["random", "walkthrough", "afterstate"]
+
+
+REFERENCES: tuple[str, ...] = get_args(Reference)
+
+
+# references that draw with the rollout's rng: evaluated once per comparison seed
+STOCHASTIC_REFERENCES = frozenset({"random", "afterstate"})

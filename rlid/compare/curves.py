@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from rlid.budget import CURRENCIES
 from rlid.runs.files import save_figure
@@ -134,8 +136,6 @@ def plot_currency(
     entry: dict[str, Any], currency: str, title: str, path: Path, *, budget: float | None
 ) -> Path:
     """Success and return against one currency: every arm's seed mean, min-max band."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 3.8))
     FigureCanvasAgg(fig)
@@ -189,8 +189,6 @@ def plot_heldout(
     and the reference arms (``random`` floor, ``afterstate`` marks, ``walkthrough``
     ceiling) as vertical lines where ``references`` has them.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     arms = [a for a in table if table[a]["heldout"]["after"]["success"] is not None]
     height = max(2.6, 1.4 + 0.38 * len(arms))

@@ -14,11 +14,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import envs as envs_pkg
 from menus import Interface
 from rlid.budget import CURRENCIES
 from rlid.compare.config import (
     FIXED_KEYS,
     PLANE_ALGORITHMS,
+    REFERENCES,
     Arm,
     CompareConfig,
     CompareConfigError,
@@ -100,7 +102,6 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
 
 
 def _references(value: Any) -> tuple[str, ...]:
-    from rlid.compare.reference import REFERENCES
 
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CompareConfigError(f"references: must be a list of names, got {value!r}")
@@ -215,7 +216,6 @@ def _options(table: Any, key: str) -> dict[str, Any]:
 
 
 def _envs(value: Any) -> tuple[CompareEnv, ...]:
-    import envs as envs_pkg
 
     if isinstance(value, dict):
         value = [value]

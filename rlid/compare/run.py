@@ -26,19 +26,29 @@ reference finished and unclaimed at its end.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlid.compare.config import CompareConfig, RunSpec
-from rlid.compare.report import heldout_path
+from rlid.agents import EvalRequest, evaluate_run
+from rlid.compare.config import STOCHASTIC_REFERENCES, CompareConfig, RunSpec
+from rlid.compare.reference import evaluate_reference
+from rlid.compare.report import heldout_path, summarise_references, write_report
 from rlid.limits import check_machine_limits
 from rlid.loop import run_training
 from rlid.runs import dir as rundir
-from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
+from rlid.runs.files import LinkRefusedError, link_message
+from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
-from rlid.runs.stop import RunStopped
+from rlid.runs.stop import RunStopped, StopSignals, signal_name
+from rlid.starts import TINY_NAME, TINY_RANDOM_NAME
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
@@ -54,7 +64,7 @@ def run_state(run_dir: Path) -> str:
         return "finished"
     if (run_dir / "config.json").exists():
         return "started"
-    if not rundir.is_empty_dir(run_dir):
+    if not is_empty_dir(run_dir):
         raise ValueError(
             f"{run_dir} holds files but no config.json; it is not a run of this comparison "
             "(delete it or choose another --out)"
@@ -100,7 +110,6 @@ def check_model_available(run: RunSpec, *, instead: str = "leave the arm out wit
     """A run still to train needs its starting model now, not hours into the comparison.
 
     ``instead``: the other way out the error offers (`rlid eval` offers --model)."""
-    from rlid.starts import TINY_NAME, TINY_RANDOM_NAME
 
     model = run.config.model
     if model in (TINY_NAME, TINY_RANDOM_NAME) or Path(model).expanduser().is_dir():
@@ -122,7 +131,6 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     When the held-out options equal the training options, the trainer's own
     before/after evaluation (split="heldout") already is this evaluation.
     """
-    from rlid.agents import EvalRequest, evaluate_run
 
     env = next(e for e in compare.envs if e.name == run.env)
     path = heldout_path(out, run)
@@ -153,7 +161,6 @@ def evaluate_references(
     under OUT's lock, so processes sharing ``OUT`` evaluate different ones and go on
     to their runs without waiting (compiling a setting's games can take minutes).
     Returns those another process is evaluating now."""
-    from rlid.compare.reference import STOCHASTIC_REFERENCES, evaluate_reference
 
     elsewhere = []
     for env in compare.envs:
@@ -190,7 +197,6 @@ def run_references(
     ``OUT/reference/`` and return ``{env: summarise_references(...)}``, or ``None`` when
     another process is still evaluating some (``say`` names them). A later full
     ``rlid compare`` with the same ``--out`` reuses them."""
-    from rlid.compare.report import summarise_references
 
     out = Path(out)
     check_output_dir(out)
@@ -338,7 +344,6 @@ def _finish(
 ) -> dict[str, Any] | None:
     """Write the report if every run and reference is finished and no process still
     holds one (a reference left by a process that stopped is evaluated here)."""
-    from rlid.compare.report import write_report
 
     references = evaluate_references(compare, out, say=say)
     waiting = []
@@ -382,11 +387,6 @@ def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -
     it and exit; then :class:`RunStopped` says to rerun the comparison. A second signal
     (:data:`rlid.runs.stop.REPEAT_AFTER` or more later) kills them at once.
     """
-    import json
-    import os
-    import shutil
-    import subprocess
-    import sys
 
     spec = "resume"
     if not resume:
@@ -432,11 +432,6 @@ def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
     passed on to the training processes (to torchrun until they have all written their
     pids), a second one kills them all before stopping this process. Returns the first
     signal's number, or None if none came."""
-    import os
-    import signal
-    import sys
-
-    from rlid.runs.stop import StopSignals, signal_name
 
     def targets() -> list[int]:
         found = [int(f.read_text()) for f in pids.glob("rank[0-9]*")]  # written atomically
@@ -489,7 +484,6 @@ def check_output_dir(out: Path) -> None:
 def refuse_output_links(out: Path) -> None:
     """No symbolic link where a comparison reads or writes in ``out`` (``out`` itself may
     be one): its files, claims, references, held-out results and run directories."""
-    from rlid.runs.files import LinkRefusedError, link_message
 
     for path in sorted(out.iterdir()):
         if path.is_symlink():

@@ -116,12 +116,6 @@ def read_json(path: Path, *, sealed: bool = False) -> Any:
     return unseal(data, path) if sealed else data
 
 
-def is_empty_dir(path: Path) -> bool:
-    """No files in ``path`` other than a lock file (or ``path`` does not exist)."""
-    path = Path(path)
-    return not path.exists() or all(p.name == LOCK_NAME for p in path.iterdir())
-
-
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of metrics.jsonl; a torn last line (a kill mid-append) is skipped."""
     path = Path(run_dir) / "metrics.jsonl"

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlid.runs.dir import read_json, read_metrics, write_json
+
 METRICS = "metrics.jsonl"
 EVALS = "eval.json"
 
@@ -35,7 +37,6 @@ def _note(text: str) -> None:
 
 def _rows_on_disk(run_dir: Path) -> tuple[list[dict[str, Any]] | None, str]:
     """The run's rows, or None with what is wrong with its metrics.jsonl."""
-    from rlid.runs.dir import read_metrics
 
     if not (run_dir / METRICS).is_file():
         return None, "is missing"
@@ -85,7 +86,6 @@ def resumed_metrics(
 def checkpointed_rows(run_dir: Path, ckpt: Path) -> list[dict[str, Any]]:
     """The rows up to the checkpoint, from its copy (a checkpoint of an earlier rlid has
     none: the run's metrics.jsonl), for readers that must not write (``rlid export``)."""
-    from rlid.runs.dir import read_metrics
 
     path = Path(ckpt) / METRICS
     if path.is_file():
@@ -96,7 +96,6 @@ def checkpointed_rows(run_dir: Path, ckpt: Path) -> list[dict[str, Any]]:
 def resume_evals(run_dir: Path, ckpt: Path) -> None:
     """Rebuild ``eval.json`` from the checkpoint's copy when it is missing, damaged or
     lost entries the copy holds (writer only; see the module docstring)."""
-    from rlid.runs.dir import read_json, write_json
 
     run_dir, ckpt = Path(run_dir), Path(ckpt)
     path = run_dir / EVALS

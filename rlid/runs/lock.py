@@ -285,3 +285,9 @@ class RunLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
             self._close()
+
+
+def is_empty_dir(path: Path) -> bool:
+    """No files in ``path`` other than a lock file (or ``path`` does not exist)."""
+    path = Path(path)
+    return not path.exists() or all(p.name == LOCK_NAME for p in path.iterdir())

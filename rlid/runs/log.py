@@ -34,7 +34,7 @@ from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
 from rlid.runs import history
 from rlid.runs.files import refuse_link
-from rlid.runs.lock import LOCK_NAME, RunLock
+from rlid.runs.lock import LOCK_NAME, RunLock, is_empty_dir
 from rlid.runs.pin import check_pin
 from rlid.runs.software import software_record
 from rlid.runs.state import LEGACY_NAME, legacy_message
@@ -193,7 +193,7 @@ class RunLog:
         if not writer:  # rank 0 checks and creates the directory
             return cls(path, config, resuming=False, writer=False, pins=pins)
         check_writable_dir(path)
-        if not rundir.is_empty_dir(path):
+        if not is_empty_dir(path):
             raise ValueError(_occupied(path))
         return cls(path, config, resuming=False, pins=pins)
 
@@ -224,7 +224,7 @@ class RunLog:
         if self._lock is None:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock(self.path, "rlid train").acquire()
-            if not rundir.is_empty_dir(self.path):  # another run got here first
+            if not is_empty_dir(self.path):  # another run got here first
                 self.close()
                 raise ValueError(_occupied(self.path))
             rundir.write_json(
