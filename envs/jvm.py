@@ -278,8 +278,7 @@ class EngineLease:
         if engine is None or not engine.alive():
             state = "not started" if engine is None else engine.describe_death()
             raise EngineDied(
-                f"{where}: the {self.kind.name} engine died ({state}); "
-                "reset() starts a fresh one"
+                f"{where}: the {self.kind.name} engine died ({state}); reset() starts a fresh one"
             )
         return engine
 

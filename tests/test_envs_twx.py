@@ -152,7 +152,9 @@ def test_snapshot_restore_replays_the_episode_exactly():
     obs, info = env.reset(seed=2)
     rng = np.random.default_rng(0)
     for _ in range(6):
-        obs, _, _, _, info = env.step(info["legal_actions"][int(rng.integers(len(info["legal_actions"])))])
+        obs, _, _, _, info = env.step(
+            info["legal_actions"][int(rng.integers(len(info["legal_actions"])))]
+        )
     saved = env.snapshot()
     branches = []
     for action in info["legal_actions"][:5]:

@@ -104,8 +104,7 @@ class ScienceWorldEnv(TextGameEnv):
         if self._variation is not None:
             game += f" = variation {self._variation}"
         return (
-            f"{self.env_id} (task={self.task}, {self.split} {game}, "
-            f"reset seed {self._reset_seed})"
+            f"{self.env_id} (task={self.task}, {self.split} {game}, reset seed {self._reset_seed})"
         )
 
     def _call(self, what: str):

@@ -31,7 +31,7 @@ from envs.paths import cache_root
 from envs.scienceworld import parser
 
 CACHE_DIR = "scienceworld-1.2.3"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,13 @@ def _read_cache(path: Path) -> GoldPath | None:
         data = json.loads(path.read_text())
         if data.pop("format") != CACHE_FORMAT:
             return None
-        return GoldPath(**{key: tuple(v) if isinstance(v, list) else v for key, v in data.items()})
+        return GoldPath(
+            actions=tuple(data["actions"]),
+            won=bool(data["won"]),
+            score=int(data["score"]),
+            gold=tuple(data["gold"]),
+            dropped=tuple(data["dropped"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or unreadable: recompute
 
@@ -95,9 +101,7 @@ def cached_gold_path(
     return found
 
 
-def _match(
-    simulator: Any, command: str, choice: int, entries: list[dict[str, Any]]
-) -> str | None:
+def _match(simulator: Any, command: str, choice: int, entries: list[dict[str, Any]]) -> str | None:
     """The legal action the parser reads as ``command`` (its ``choice``-th reading when
     ambiguous), or None."""
     texts = {entry["action"] for entry in entries}
@@ -107,11 +111,13 @@ def _match(
     if not found:
         return None
     target = found[min(choice, len(found) - 1)]
-    wanted = parser.object_ids(target)
-    candidates = [e for e in entries if sorted(int(i) for i in e["obj_ids"]) == wanted]
+    wanted = set(parser.object_ids(target))
+    # an entry names the objects it was made from; the parser may add implicit ones
+    # ("pick up X" also assigns the inventory)
+    candidates = [e for e in entries if {int(i) for i in e["obj_ids"]} <= wanted]
     verb = command.split(" ", 1)[0]
-    # parsing is the slow part: try the entries with the command's verb first
-    candidates.sort(key=lambda e: not str(e["action"]).startswith(verb + " "))
+    # parsing is the slow part: try the entries with the command's verb and most objects first
+    candidates.sort(key=lambda e: (not str(e["action"]).startswith(verb + " "), -len(e["obj_ids"])))
     for entry in candidates:
         # the entry's text may itself be ambiguous (identical objects): any reading will do,
         # since stepping it acts on the first of objects that are alike

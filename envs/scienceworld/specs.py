@@ -98,7 +98,8 @@ register(
             "simplifications": Option(
                 str,
                 "none",
-                "'none', 'easy' (all five) or a comma-separated list of " + ", ".join(SIMPLIFICATIONS),
+                "'none', 'easy' (all five) or a comma-separated list of "
+                + ", ".join(SIMPLIFICATIONS),
             ),
             "heldout_variations": Option(
                 str,

@@ -146,7 +146,10 @@ for _game, (_gym_name, _doc, _params) in GAMES.items():
             {
                 **_params,
                 "heldout_fold": Option(
-                    str, "test", "the fold the heldout split plays: 'test' or 'dev'", ("test", "dev")
+                    str,
+                    "test",
+                    "the fold the heldout split plays: 'test' or 'dev'",
+                    ("test", "dev"),
                 ),
                 "max_episode_steps": Option(
                     int, 100, "steps before the episode is truncated (the package's default)", min=1
