@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 JAVA_PACKAGE_HINT = (
-    "install a Java runtime (Java 11 or newer; on Debian/Ubuntu: "
+    "install a Java runtime (Java 8 or newer; on Debian/Ubuntu: "
     "apt-get install default-jre-headless) or set JAVA_HOME"
 )
 
