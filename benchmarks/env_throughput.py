@@ -14,7 +14,13 @@ and ``afterstates=True``, play the same random action sequence in lockstep; only
 Paired, alternating timing and medians keep a shared machine's load out of the
 difference as far as possible.
 
+With ``--env-workers N`` a second table follows: a batch of ``--batch`` envs (default
+N) stepped in lockstep in this process and in N worker processes
+(``rlid.env_workers``), side by side (alternating rounds, medians), in env steps per
+second: where env steps are slow (ScienceWorld, JVM-backed) workers should pay.
+
     python benchmarks/env_throughput.py [--steps 300] [--rounds 3] [--only tw-simple]
+    python benchmarks/env_throughput.py --only scienceworld twx-coin --steps 40 --env-workers 2
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ SMALL_OPTIONS: dict[str, dict[str, Any]] = {
     "tw-treasure_hunter": {"level": 5},
     "tw-cooking": {"recipe": 2, "take": 1, "go": 6, "open": True, "cook": True, "cut": True},
     "tw-custom": {"world_size": 3, "nb_objects": 6, "quest_length": 3},
+    "scienceworld": {"task": "find-plant"},
+    "twx-cookingworld": {"numLocations": 3, "numIngredients": 2, "numDistractorItems": 2},
+    "twx-coin": {"numLocations": 4, "includeDoors": False},
+    "twx-twc": {"numLocations": 1, "numItemsToPutAway": 2},
+    "twx-mapreader": {"numLocations": 8, "maxDistanceApart": 3},
+    "twx-simonsays": {"gameLength": 3},
 }
 
 
@@ -117,11 +129,67 @@ def measure(env_id: str, steps: int, rounds: int) -> dict[str, float | None]:
     }
 
 
+def batched_steps_per_second(
+    env_id: str, options: dict[str, Any], count: int, workers: int, steps: int, seed: int
+) -> float:
+    """Env steps per second of ``count`` envs stepped in lockstep through random games,
+    in this process (``workers=0``) or in ``workers`` worker processes; resets untimed."""
+    from rlid.env_workers import InProcessEnvs, WorkerEnvs
+
+    pool: Any = (
+        WorkerEnvs(env_id, options, count, workers)
+        if workers
+        else InProcessEnvs([envs.make(env_id, **options) for _ in range(count)])
+    )
+    rng = np.random.default_rng(seed)
+    indices = list(range(count))
+    infos = [info for _, info in pool.reset_many(indices, [seed + i for i in indices])]
+    elapsed, done_steps = 0.0, 0
+    try:
+        for _ in range(steps):
+            actions = [
+                i["legal_actions"][int(rng.integers(len(i["legal_actions"])))] for i in infos
+            ]
+            start = time.perf_counter()
+            results = pool.step_many(indices, actions)
+            elapsed += time.perf_counter() - start
+            done_steps += count
+            infos = [r[4] for r in results]
+            for k, (_, _, terminated, truncated, _) in enumerate(results):
+                if terminated or truncated:
+                    infos[k] = pool.reset_many([k], [int(rng.integers(1 << 30))])[0][1]
+    finally:
+        if workers:
+            pool.close()
+        else:
+            for env in pool.envs:
+                env.close()
+    return done_steps / elapsed
+
+
+def measure_workers(
+    env_id: str, count: int, workers: int, steps: int, rounds: int
+) -> tuple[float, float]:
+    """Median env steps/s in-process and in workers, over alternating rounds."""
+    options = {**options_for(env_id), "max_episode_steps": 100}
+    options.pop("game_seed", None)  # a pool of games, as training plays
+    local, pooled = [], []
+    for r in range(rounds):
+        local.append(batched_steps_per_second(env_id, options, count, 0, steps, seed=r))
+        pooled.append(batched_steps_per_second(env_id, options, count, workers, steps, seed=r))
+    return float(np.median(local)), float(np.median(pooled))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="games played (seeds 0..rounds-1)")
     parser.add_argument("--only", nargs="*", default=None, help="env ids to measure")
+    parser.add_argument(
+        "--env-workers", type=int, default=0,
+        help="also step a batch of envs in this process and in this many worker processes",
+    )  # fmt: skip
+    parser.add_argument("--batch", type=int, default=None, help="envs in that batch (default N)")
     args = parser.parse_args(argv)
     header = (
         f"{'env id':<20} {'steps/s':>9} {'steps/s+as':>10} {'rows':>6} "
@@ -137,6 +205,22 @@ def main(argv: list[str] | None = None) -> None:
             f"{m['us_per_row']:>8.1f} {m['ratio']:>7.1%} {ssr:>25}",
             flush=True,
         )
+    if args.env_workers > 0:
+        count = args.batch or args.env_workers
+        head = (
+            f"\n{'env id':<20} {'envs':>5} {'in-process steps/s':>19} "
+            f"{f'{args.env_workers} workers steps/s':>19} {'speed-up':>9}"
+        )
+        print(head)
+        print("-" * len(head.strip()))
+        for env_id in args.only or envs.list_envs():
+            local, pooled = measure_workers(
+                env_id, count, args.env_workers, args.steps, args.rounds
+            )
+            print(
+                f"{env_id:<20} {count:>5} {local:>19.1f} {pooled:>19.1f} {pooled / local:>8.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from jvm_helpers import java_descendants, kill_run_and_check, start_run, wait_gone
+from jvm_helpers import ROOT, java_descendants, kill_run_and_check, start_run, wait_gone
 
 import envs
 from envs import jvm
@@ -247,3 +247,22 @@ def test_no_java_process_survives_a_stopped_run(how):
 def test_no_java_process_survives_a_killed_run_with_env_workers():
     run = start_run("twx-coin", SMALL["twx-coin"], workers=2)
     kill_run_and_check(run, "sigkill", expected_jvms=2)
+
+
+def test_throughput_benchmark_covers_the_family_with_and_without_env_workers(capsys):
+    import importlib.util
+    import sys
+
+    path = ROOT / "benchmarks" / "env_throughput.py"
+    spec = importlib.util.spec_from_file_location("_bench_env_throughput", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--only", "twx-coin", "--steps", "20", "--rounds", "1", "--env-workers", "2"])
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [line for line in lines if line and line[0] == "twx-coin"]
+    assert len(rows) == 2  # the per-env table and the env-workers table
+    single, batched = rows
+    assert float(single[1]) > 0 and float(single[-1]) > 0  # steps/s; replay us per row
+    assert batched[1] == "2" and float(batched[2]) > 0 and float(batched[3]) > 0
