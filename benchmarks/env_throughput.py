@@ -39,7 +39,7 @@ SMALL_OPTIONS: dict[str, dict[str, Any]] = {
     "tw-treasure_hunter": {"level": 5},
     "tw-cooking": {"recipe": 2, "take": 1, "go": 6, "open": True, "cook": True, "cut": True},
     "tw-custom": {"world_size": 3, "nb_objects": 6, "quest_length": 3},
-    "scienceworld": {"task": "find-plant"},
+    "scienceworld": {"task": "find-plant", "walkthrough": False},
     "twx-cookingworld": {"numLocations": 3, "numIngredients": 2, "numDistractorItems": 2},
     "twx-coin": {"numLocations": 4, "includeDoors": False},
     "twx-twc": {"numLocations": 1, "numItemsToPutAway": 2},

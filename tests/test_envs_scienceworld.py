@@ -75,13 +75,15 @@ def test_the_thirty_tasks_and_their_splits_are_the_simulators(engine):
                        simulator.getVariationsTest)
     )  # fmt: skip
     assert train and dev and test and not (train & dev or train & test or dev & test)
-    env = envs.make("scienceworld", task="find-plant", split="heldout", game_seed=0)
-    assert env.reset(seed=0)[1]["variation"] == min(test)
+    quick = {"task": "find-plant", "walkthrough": False}
+    env = envs.make("scienceworld", **quick, split="heldout", game_seed=0)
+    obs, info = env.reset(seed=0)
+    assert info["variation"] == min(test) and info["walkthrough"] is None
     dev_env = envs.make(
-        "scienceworld", task="find-plant", split="heldout", heldout_variations="dev", game_seed=0
+        "scienceworld", **quick, split="heldout", heldout_variations="dev", game_seed=0
     )
     assert dev_env.reset(seed=0)[1]["variation"] == min(dev)
-    train_env = envs.make("scienceworld", task="find-plant", num_games=3)
+    train_env = envs.make("scienceworld", **quick, num_games=3)
     assert {train_env.reset(seed=s)[1]["variation"] for s in range(20)} == set(sorted(train)[:3])
     with pytest.raises(ValueError, match=f"game_seed={len(test)} is out of range"):
         envs.make("scienceworld", task="find-plant", split="heldout", game_seed=len(test)).reset(
@@ -115,7 +117,9 @@ def test_heldout_walkthrough_wins_in_legal_actions(task, game):
 
 
 def test_info_templates_and_silent_afterstates():
-    env = envs.make("scienceworld", task="find-plant", split="heldout", game_seed=2)
+    env = envs.make(
+        "scienceworld", task="find-plant", split="heldout", game_seed=2, walkthrough=False
+    )
     obs, info = env.reset(seed=0)
     legal, templates = info["legal_actions"], info["action_templates"]
     assert len(legal) > 100 and legal == sorted(set(legal)) and "reset task" not in legal
@@ -161,7 +165,7 @@ def test_invalid_action_changes_nothing():
 
 
 def test_same_seed_same_episode_in_this_jvm_and_a_fresh_one():
-    options = {"task": "find-plant", "num_games": 4, "max_episode_steps": 10}
+    options = {"task": "find-plant", "num_games": 4, "max_episode_steps": 10, "walkthrough": False}
     picks = [3, 17, 250, 8, 41, 99, 5]
     first = trace_of(options, 7, picks)
     assert trace_of(options, 7, picks) == first

@@ -54,6 +54,7 @@ class ScienceWorldEnv(TextGameEnv):
             ``heldout`` split plays.
         split, game_seed, num_games: which variation a reset plays (``specs``).
         max_episode_steps, afterstates, render_mode: see :class:`TextGameEnv`.
+        walkthrough: give the gold path at reset (``info["walkthrough"]``; else ``None``).
         env_id: the id used in error messages.
     """
 
@@ -68,6 +69,7 @@ class ScienceWorldEnv(TextGameEnv):
         num_games: int = 16,
         max_episode_steps: int = 100,
         afterstates: bool = True,
+        walkthrough: bool = True,
         render_mode: str | None = None,
         env_id: str = "scienceworld",
     ) -> None:
@@ -85,6 +87,7 @@ class ScienceWorldEnv(TextGameEnv):
         self.variation_set = "train" if split == "train" else heldout_variations
         self.game_seed = game_seed
         self.num_games = num_games
+        self.give_walkthrough = bool(walkthrough)
         self._lease = EngineLease(SCIENCEWORLD, self)
         self._simulator: Any = None
         self._simulator_engine: Any = None
@@ -205,7 +208,7 @@ class ScienceWorldEnv(TextGameEnv):
         return 100
 
     def _game_walkthrough(self) -> list[str] | None:
-        return list(self.gold_path().actions)
+        return list(self.gold_path().actions) if self.give_walkthrough else None
 
     def _game_extra_info(self) -> dict[str, Any]:
         return {

@@ -110,6 +110,12 @@ register(
             "max_episode_steps": Option(
                 int, 100, "steps before the episode is truncated (the package's default)", min=1
             ),
+            "walkthrough": Option(
+                bool,
+                True,
+                "give the gold path at reset (seconds to a minute per new variation, then "
+                "cached on disk); false: info['walkthrough'] is None",
+            ),
         },
     )
 )
