@@ -178,6 +178,42 @@ def test_same_seed_same_episode_in_this_jvm_and_a_fresh_one():
     assert json.loads(out.stdout) == json.loads(json.dumps(first))
 
 
+# grow-plant's held-out game 0 (variation 93): its seeds are alike, so listing the legal
+# actions names them with the simulator's random generator
+GROW = {"task": "grow-plant", "split": "heldout", "game_seed": 0, "walkthrough": False}
+GROW_ACTIONS = [
+    "open door to hallway", "go to hallway", "open door to kitchen", "go to kitchen",
+    "open bathroom door", "go to bathroom", "look around", "pick up ceramic cup",
+    "go to kitchen", "go to hallway", "go to greenhouse", "look around",
+]  # fmt: skip
+
+
+def test_envs_interleaved_in_one_jvm_play_as_they_do_alone():
+    alone = envs.make("scienceworld", **GROW)
+    trace = [alone.reset(seed=0)]
+    trace += [alone.step(action) for action in GROW_ACTIONS]
+    alone.close()
+    first, second = envs.make("scienceworld", **GROW), envs.make("scienceworld", **GROW)
+    traces: list[list] = [[first.reset(seed=0)], [second.reset(seed=0)]]
+    for action in GROW_ACTIONS:  # step by step, each game's calls between the other's
+        traces[0].append(first.step(action))
+        traces[1].append(second.step(action))
+    assert traces[0] == trace and traces[1] == trace
+    assert all(action in step[-1]["legal_actions"] for step, action in zip(trace, GROW_ACTIONS))
+
+
+@pytest.mark.slow
+def test_a_walkthrough_through_alike_objects_wins():
+    # its gold path answers the simulator's "which seed?" questions ("0")
+    env = envs.make("scienceworld", **{**GROW, "walkthrough": True})
+    obs, info = env.reset(seed=0)
+    assert any(c.isdigit() for c in env.gold_path().gold)
+    for action in info["walkthrough"]:
+        assert action in info["legal_actions"], action
+        obs, reward, terminated, truncated, info = env.step(action)
+    assert terminated and info["won"] and info["score"] == 100
+
+
 def test_options_are_validated():
     assert simplification_string("easy", "boil") == "easy"
     assert simplification_string("none", "boil") == ""

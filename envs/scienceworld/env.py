@@ -37,6 +37,7 @@ from envs.base import TextGameEnv
 from envs.jvm import SCIENCEWORLD, EngineLease, engine_errors
 from envs.scienceworld import gold as gold_paths
 from envs.scienceworld import parser
+from envs.scienceworld.jvm_state import PerSimulator
 from envs.scienceworld.specs import TASKS, simplification_string
 
 EXCLUDED_ACTIONS = frozenset({"reset task"})
@@ -91,6 +92,7 @@ class ScienceWorldEnv(TextGameEnv):
         self._lease = EngineLease(SCIENCEWORLD, self)
         self._simulator: Any = None
         self._simulator_engine: Any = None
+        self._state: PerSimulator | None = None  # each simulator's JVM-wide state
         self._scratch: Any = None  # a second simulator, for gold paths
         self._variations: list[int] | None = None
         self._templates: dict[int, str] = {}
@@ -119,8 +121,13 @@ class ScienceWorldEnv(TextGameEnv):
             with self._call("starting the simulator"):
                 self._simulator = engine.new(SCIENCEWORLD.entry_class)
             self._simulator_engine = engine
+            self._state = PerSimulator(engine)
             self._scratch = None
         return self._simulator
+
+    def _jvm_state(self) -> PerSimulator:
+        assert self._state is not None  # made with the simulator
+        return self._state
 
     def _running(self, what: str) -> Any:
         """The simulator of the running game; :class:`~envs.jvm.EngineDied` if its engine died
@@ -144,10 +151,12 @@ class ScienceWorldEnv(TextGameEnv):
 
     def _game_reset(self) -> str:
         simulator = self._sim()
+        state = self._jvm_state()
         self._variation = None
         with self._call("loading the task"):
             if self._variations is None:
-                simulator.load(self.task, 0, self.simplifications, False)
+                with state.of(simulator, fresh=True):
+                    simulator.load(self.task, 0, self.simplifications, False)
                 getter = {
                     "train": simulator.getVariationsTrain,
                     "dev": simulator.getVariationsDev,
@@ -170,18 +179,26 @@ class ScienceWorldEnv(TextGameEnv):
             else:
                 self._index = self.game_seed
             self._variation = pool[self._index]
-            message = simulator.load(self.task, self._variation, self.simplifications, False)
+            with state.of(simulator, fresh=True):
+                message = simulator.load(self.task, self._variation, self.simplifications, False)
+            with state.probe(simulator):
+                self._objective = str(simulator.getTaskDescription())
+                observation = str(simulator.freeActionLook())
             if message:
                 raise RuntimeError(f"{self.where()}: the simulator refused to load: {message}")
-            self._objective = str(simulator.getTaskDescription())
-            return str(simulator.freeActionLook())
+            return observation
 
     def _game_step(self, action: str) -> tuple[str, int, bool, bool]:
         simulator = self._running(f"playing {action!r}")
+        state = self._jvm_state()
         with self._call(f"playing {action!r}"):
-            observation = str(simulator.step(action))
-            if parser.in_ambiguous_state(simulator):
-                observation = str(simulator.step("0"))
+            with state.of(simulator):
+                observation = str(simulator.step(action))
+            with state.probe(simulator):
+                ambiguous = parser.in_ambiguous_state(simulator)
+            if ambiguous:
+                with state.of(simulator):
+                    observation = str(simulator.step("0"))
             raw = int(round(100 * float(simulator.getScore())))
             completed = bool(simulator.getCompleted())
         won = completed and raw >= 100
@@ -189,8 +206,9 @@ class ScienceWorldEnv(TextGameEnv):
         return observation, max(raw, 0), won, lost
 
     def _game_legal_actions(self) -> list[str]:
-        with self._call("listing the legal actions"):
-            entries = self._legal_entries(self._running("listing the legal actions"))
+        simulator = self._running("listing the legal actions")
+        with self._call("listing the legal actions"), self._jvm_state().of(simulator):
+            entries = self._legal_entries(simulator)
         templates: dict[str, str] = {}
         for entry in entries:
             templates.setdefault(entry["action"], self._templates.get(entry["template_id"], ""))
@@ -228,7 +246,12 @@ class ScienceWorldEnv(TextGameEnv):
             if self._scratch is None:
                 self._scratch = engine.new(SCIENCEWORLD.entry_class)
             return gold_paths.cached_gold_path(
-                self._scratch, self.task, self._variation, self.simplifications, self._legal_entries
+                self._scratch,
+                self._jvm_state(),
+                self.task,
+                self._variation,
+                self.simplifications,
+                self._legal_entries,
             )
 
     @property

@@ -29,9 +29,10 @@ from typing import Any
 
 from envs.paths import cache_root
 from envs.scienceworld import parser
+from envs.scienceworld.jvm_state import PerSimulator
 
 CACHE_DIR = "scienceworld-1.2.3"
-CACHE_FORMAT = 2
+CACHE_FORMAT = 7
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def _write_cache(path: Path, gold: GoldPath) -> None:
 
 def cached_gold_path(
     simulator: Any,
+    state: PerSimulator,
     task: str,
     variation: int,
     simplifications: str,
@@ -96,7 +98,7 @@ def cached_gold_path(
     path = cache_path(task, variation, simplifications)
     found = _read_cache(path)
     if found is None:
-        found = legal_gold_path(simulator, task, variation, simplifications, legal_entries)
+        found = legal_gold_path(simulator, state, task, variation, simplifications, legal_entries)
         _write_cache(path, found)
     return found
 
@@ -128,6 +130,7 @@ def _match(simulator: Any, command: str, choice: int, entries: list[dict[str, An
 
 def legal_gold_path(
     simulator: Any,
+    state: PerSimulator,
     task: str,
     variation: int,
     simplifications: str,
@@ -136,16 +139,26 @@ def legal_gold_path(
     """Replay the gold path on ``simulator`` (a scratch simulator) in legal actions.
 
     Args:
+        state: the simulators' own JVM-wide state (:mod:`envs.scienceworld.jvm_state`):
+            loaded and listed where the env's own simulator is, the scratch simulator
+            draws and names objects as the env's does.
         legal_entries: the env's reading of the simulator's valid actions (dicts with
             ``action`` and ``obj_ids``), the legal actions being their ``action`` texts.
     """
-    simulator.load(task, variation, simplifications, True)
-    gold = tuple(str(a) for a in simulator.getGoldActionSequence())
-    simulator.load(task, variation, simplifications, False)
+    with state.of(simulator, fresh=True):
+        simulator.load(task, variation, simplifications, True)
+        gold = tuple(str(a) for a in simulator.getGoldActionSequence())
+    with state.of(simulator, fresh=True):
+        simulator.load(task, variation, simplifications, False)
     actions: list[str] = []
     dropped: list[str] = []
-    # the simulator's score and completion are those of its last step (a load keeps the
-    # previous game's), so they are read after steps only
+    # Listing the valid actions draws from the game's random generator (to name alike
+    # objects), so they are listed exactly where the env lists them (after the load, after
+    # each step that does not end the game): the game then draws and reads as the env's. The
+    # simulator's score and completion are those of its last step (a load keeps the
+    # previous game's), so they are read after steps only.
+    with state.of(simulator):
+        entries = legal_entries(simulator)
     completed, score = False, 0
     for i, command in enumerate(gold):
         if completed:
@@ -154,15 +167,23 @@ def legal_gold_path(
             continue  # the answer to an ambiguity question, read with the command before
         following = gold[i + 1].strip() if i + 1 < len(gold) else ""
         choice = int(following) if following.isdigit() else 0
-        legal = _match(simulator, command, choice, legal_entries(simulator))
+        with state.probe(simulator):
+            legal = _match(simulator, command, choice, entries)
         if legal is None:
             dropped.append(command)
             continue
-        simulator.step(legal)
-        if parser.in_ambiguous_state(simulator):
-            simulator.step("0")  # as the env does: alike objects, the first one
-        actions.append(legal)
+        with state.of(simulator):  # as the env plays it (ScienceWorldEnv._game_step)
+            simulator.step(legal)
+        with state.probe(simulator):
+            ambiguous = parser.in_ambiguous_state(simulator)
+        if ambiguous:  # alike objects: the first one
+            with state.of(simulator):
+                simulator.step("0")
         completed = bool(simulator.getCompleted())
         score = int(round(100 * float(simulator.getScore())))
+        actions.append(legal)
+        if not completed:
+            with state.of(simulator):
+                entries = legal_entries(simulator)
     won = completed and score >= 100
     return GoldPath(tuple(actions), won, max(score, 0), gold, tuple(dropped))

@@ -7,6 +7,11 @@ closest is kept, with the task, preset, variation and the actions that lead to i
 the reset, so it can be replayed. The large-menu work (label trees, cost curves) reads
 the file instead of starting a JVM.
 
+A ScienceWorld state always shows the agent, the air, the room and the inventory, so its
+menu never gets small: the smallest met is kept for the small targets all the same
+(``size`` says how far it is). For the targets below it, ``twx_states`` adds real states
+of TextWorldExpress's CookingWorld (default options), whose menus are that small.
+
     python tests/data/make_scienceworld_states.py [--targets 10 50 100 200 400] [--steps 12]
 """
 
@@ -69,6 +74,45 @@ def walk(task: str, preset: str, game: int, steps: int, rng: np.random.Generator
     return states
 
 
+def twx_walk(steps: int, rng: np.random.Generator) -> list[dict]:
+    """The states of one seeded random walk through a CookingWorld training game."""
+    env = envs.make("twx-cookingworld", num_games=100, max_episode_steps=steps + 1)
+    obs, info = env.reset(seed=int(rng.integers(1 << 30)))
+    played: list[str] = []
+    states = []
+    for _ in range(steps):
+        if not info["legal_actions"]:
+            break
+        states.append(
+            {
+                "env_id": "twx-cookingworld",
+                "split": "train",
+                "game_seed": info["game_seed"],
+                "actions_from_reset": list(played),
+                "observation": obs,
+                "objective": info["objective"],
+                "legal_actions": info["legal_actions"],
+                "action_templates": [a.split(" ", 1)[0] for a in info["legal_actions"]],
+            }
+        )
+        action = info["legal_actions"][int(rng.integers(len(info["legal_actions"])))]
+        obs, _, terminated, truncated, info = env.step(action)
+        played.append(action)
+        if terminated or truncated:
+            break
+    env.close()
+    return states
+
+
+def closest(states: list[dict], targets: list[int]) -> list[dict]:
+    """For each target, the state whose menu size is closest (the first met on ties)."""
+    out = []
+    for target in targets:
+        state = min(states, key=lambda s: abs(len(s["legal_actions"]) - target))
+        out.append({"target": target, "size": len(state["legal_actions"]), **state})
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, nargs="*", default=[10, 50, 100, 200, 400])
@@ -76,22 +120,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    best: dict[int, dict] = {}
+    states: list[dict] = []
     for task in TASKS:
         for preset in PRESETS:
-            for state in walk(task, preset, 0, args.steps, rng):
-                size = len(state["legal_actions"])
-                for target in args.targets:
-                    kept = best.get(target)
-                    if kept is None or abs(size - target) < abs(
-                        len(kept["legal_actions"]) - target
-                    ):
-                        best[target] = {"target": target, "size": size, **state}
-        print(task, {t: s["size"] for t, s in sorted(best.items())}, flush=True)
+            states += walk(task, preset, 0, args.steps, rng)
+        print(task, "smallest menu so far:", min(len(s["legal_actions"]) for s in states))
+    smallest = min(len(s["legal_actions"]) for s in states)
+    small = [t for t in sorted(args.targets) if t < smallest]
+    twx: list[dict] = []
+    for _ in range(20 if small else 0):
+        twx += twx_walk(args.steps, rng)
     payload = {
-        "source": "ScienceWorld 1.2.3 via envs.make('scienceworld', ...); "
-        "written by tests/data/make_scienceworld_states.py",
-        "states": [best[t] for t in sorted(best)],
+        "source": "ScienceWorld 1.2.3 (states) and TextWorldExpress 1.1.0 (twx_states) "
+        "through envs.make; written by tests/data/make_scienceworld_states.py",
+        "scienceworld_smallest_menu": smallest,
+        "states": closest(states, sorted(args.targets)),
+        "twx_states": closest(twx, small) if twx else [],
     }
     OUT.write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size / 1024:.0f} KB)")
