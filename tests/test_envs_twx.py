@@ -5,6 +5,7 @@ Every test here shares one TextWorldExpress JVM (the module fixture holds it).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import warnings
@@ -127,6 +128,31 @@ def test_same_seed_same_episode_and_invalid_actions_change_nothing():
     plain.reset(seed=5)
     first_action = info["legal_actions"][0]
     assert env.step(first_action)[:4] == plain.step(first_action)[:4]
+
+
+def test_a_seed_keeps_its_walkthrough_though_the_package_draws_it_unseeded(
+    engine, tmp_path, monkeypatch
+):
+    from envs.twx.env import walkthrough_path
+
+    monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path))
+    options = {"numLocations": 6, "numDistractorItems": 5, "game_seed": 4}
+    walkthroughs = set()
+    for _ in range(6):
+        env = envs.make("twx-coin", **options)
+        walkthroughs.add(tuple(env.reset(seed=0)[1]["walkthrough"]))
+        env.close()
+    assert len(walkthroughs) == 1
+    path = walkthrough_path("coin", env.params, "train", 4)
+    assert path.is_file() and tuple(json.loads(path.read_text())) in walkthroughs
+    # the package itself: several gold paths for one seed
+    simulator = engine.new(jvm.TEXTWORLD_EXPRESS.entry_class)
+    simulator.load("coin", "numLocations=6,numDistractorItems=5")
+    drawn = set()
+    for _ in range(12):
+        simulator.generateNewGameJSON(4, "train", True)
+        drawn.add(tuple(simulator.getGoldActionSequence()))
+    assert len(drawn) > 1
 
 
 def test_failure_ends_the_game_as_lost():

@@ -18,15 +18,12 @@ command (about 0.1 s each), so results are cached under ``<rlid cache>/sciencewo
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from envs import json_cache
 from envs.paths import cache_root
 from envs.scienceworld import parser
 from envs.scienceworld.jvm_state import PerSimulator
@@ -57,10 +54,10 @@ def cache_path(task: str, variation: int, simplifications: str) -> Path:
 
 
 def _read_cache(path: Path) -> GoldPath | None:
+    data = json_cache.read(path)
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+        return None  # absent, unreadable or of an older format: recompute
     try:
-        data = json.loads(path.read_text())
-        if data.pop("format") != CACHE_FORMAT:
-            return None
         return GoldPath(
             actions=tuple(data["actions"]),
             won=bool(data["won"]),
@@ -68,21 +65,8 @@ def _read_cache(path: Path) -> GoldPath | None:
             gold=tuple(data["gold"]),
             dropped=tuple(data["dropped"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or unreadable: recompute
-
-
-def _write_cache(path: Path, gold: GoldPath) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"format": CACHE_FORMAT, **asdict(gold)}, indent=1)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(payload)
-        os.replace(tmp, path)  # atomic: concurrent writers write the same content
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def cached_gold_path(
@@ -99,7 +83,7 @@ def cached_gold_path(
     found = _read_cache(path)
     if found is None:
         found = legal_gold_path(simulator, state, task, variation, simplifications, legal_entries)
-        _write_cache(path, found)
+        json_cache.write(path, {"format": CACHE_FORMAT, **asdict(found)})
     return found
 
 

@@ -8,7 +8,11 @@
 * score: the game's normalised score (0-1) times 100, rounded (each game scores its own
   way: CookingWorld a point per recipe step, Sorting a fraction of the objects placed);
   reward = score delta; won / lost: the game's task success / failure;
-* walkthrough: the game's gold path (``generateGoldPath``), legal actions all;
+* walkthrough: the game's gold path (``generateGoldPath``), legal actions all. Several
+  games (coin, twc, mapreader, ...) draw their gold agent's moves from an unseeded
+  generator, so the package gives a seed another gold path each time; the first one
+  computed on this machine is cached on disk and given from then on
+  (``<rlid cache>/textworld-express-1.1.0/``), so a seed always gives the same episode;
 * afterstates: none. The games have no state copy; the only exact way to know an
   action's outcome is to replay the episode from its seed and play the action
   (:meth:`TextWorldExpressEnv.snapshot` / :meth:`~TextWorldExpressEnv.restore` do that,
@@ -29,10 +33,13 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from envs import json_cache
 from envs.base import TextGameEnv
 from envs.jvm import TEXTWORLD_EXPRESS, EngineLease, engine_errors
+from envs.paths import cache_root
 
 NO_AFTERSTATE = ""
 FOLDS = ("train", "dev", "test")
@@ -41,6 +48,12 @@ FOLDS = ("train", "dev", "test")
 def param_string(params: dict[str, Any]) -> str:
     """``{"numLocations": 3, "includeDoors": False}`` -> ``"numLocations=3,includeDoors=0"``."""
     return ",".join(f"{name}={int(value)}" for name, value in params.items())
+
+
+def walkthrough_path(game: str, params: dict[str, Any], fold: str, seed: int) -> Path:
+    """Where the walkthrough of one game is cached (the parameters in the name)."""
+    setting = param_string(params).replace("=", "").replace(",", "-") or "defaults"
+    return cache_root() / "textworld-express-1.1.0" / game / setting / f"{fold}-{seed}.json"
 
 
 @dataclass(frozen=True)
@@ -173,8 +186,13 @@ class TextWorldExpressEnv(TextGameEnv):
             else:
                 self._index = self.game_seed
             self._seed = pool[self._index]
-            response = self._generate(simulator, self._seed, gold=True)
-            self._walkthrough = [str(a) for a in simulator.getGoldActionSequence()]
+            path = walkthrough_path(self.game, self.params, self.fold, self._seed)
+            cached = json_cache.read(path)
+            response = self._generate(simulator, self._seed, gold=cached is None)
+            if cached is None:  # the first gold path computed here is the seed's for good
+                computed = [str(a) for a in simulator.getGoldActionSequence()]
+                cached = json_cache.write_once(path, computed)
+            self._walkthrough = [str(a) for a in cached]
             self._objective = str(simulator.getTaskDescription())
         self._actions = []
         return self._read(response)[0]
