@@ -15,6 +15,11 @@ from typing import Any
 
 from envs.registry import EnvSpec, Option, register
 
+# No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
+NO_AFTERSTATES = Option(
+    bool, True, "afterstate rows that say nothing ('': no state copy; menus show none); false: None"
+)
+
 # ScienceWorld's task ids 1-1 .. 10-2, in that order (scienceworld.constants.ID2TASK)
 TASKS = (
     "boil",
@@ -110,6 +115,7 @@ register(
             "max_episode_steps": Option(
                 int, 100, "steps before the episode is truncated (the package's default)", min=1
             ),
+            "afterstates": NO_AFTERSTATES,
             "walkthrough": Option(
                 bool,
                 True,

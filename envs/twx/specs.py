@@ -18,6 +18,11 @@ from typing import Any
 
 from envs.registry import EnvSpec, Option, register
 
+# No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
+NO_AFTERSTATES = Option(
+    bool, True, "afterstate rows that say nothing ('': no state copy; menus show none); false: None"
+)
+
 
 def _locations(high: int, default: int) -> Option:
     return Option(int, default, "number of locations", min=1, max=high)
@@ -154,6 +159,7 @@ for _game, (_gym_name, _doc, _params) in GAMES.items():
                 "max_episode_steps": Option(
                     int, 100, "steps before the episode is truncated (the package's default)", min=1
                 ),
+                "afterstates": NO_AFTERSTATES,
             },
         )
     )
