@@ -214,6 +214,28 @@ def test_a_walkthrough_through_alike_objects_wins():
     assert terminated and info["won"] and info["score"] == 100
 
 
+def test_the_large_menu_fixture_holds_real_states_that_replay():
+    path = ROOT / "tests" / "data" / "scienceworld_states.json"
+    assert path.stat().st_size < 300_000
+    data = json.loads(path.read_text())
+    sizes = [state["size"] for state in data["states"]]
+    assert [state["target"] for state in data["states"]] == [10, 50, 100, 200, 400]
+    assert sizes == sorted(sizes) and min(sizes) == data["scienceworld_smallest_menu"]
+    for state in data["states"]:
+        assert len(state["legal_actions"]) == len(state["action_templates"]) == state["size"]
+    state = data["states"][2]  # about 100 legal actions
+    env = envs.make(
+        "scienceworld", task=state["task"], simplifications=state["simplifications"],
+        game_seed=state["game_seed"], walkthrough=False,
+    )  # fmt: skip
+    obs, info = env.reset(seed=0)
+    for action in state["actions_from_reset"]:
+        obs, _, _, _, info = env.step(action)
+    assert info["variation"] == state["variation"] and obs == state["observation"]
+    assert info["legal_actions"] == state["legal_actions"]
+    assert info["action_templates"] == state["action_templates"]
+
+
 def test_options_are_validated():
     assert simplification_string("easy", "boil") == "easy"
     assert simplification_string("none", "boil") == ""
