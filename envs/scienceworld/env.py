@@ -237,15 +237,17 @@ class ScienceWorldEnv(TextGameEnv):
         }
 
     # ------------------------------------------------------------------- extras
-    def gold_path(self) -> gold_paths.GoldPath:
-        """The current variation's gold path in legal actions (disk-cached)."""
+    def gold_path(self, *, fresh: bool = False) -> gold_paths.GoldPath:
+        """The current variation's gold path in legal actions (disk-cached; ``fresh``:
+        computed again, the cache neither read nor written)."""
         if self._variation is None:
             raise RuntimeError("gold_path() needs a game; call reset() first")
         engine = self._lease.current(f"{self.where()} while computing the gold path")
         with self._call("computing the gold path"):
             if self._scratch is None:
                 self._scratch = engine.new(SCIENCEWORLD.entry_class)
-            return gold_paths.cached_gold_path(
+            compute = gold_paths.legal_gold_path if fresh else gold_paths.cached_gold_path
+            return compute(
                 self._scratch,
                 self._jvm_state(),
                 self.task,
