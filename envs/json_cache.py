@@ -1,8 +1,11 @@
 """Small JSON files cached on disk, written atomically, readable by concurrent processes.
 
->>> path = cache_root() / "example" / "a.json"  # doctest: +SKIP
->>> write_once(path, {"x": 1})  # the first writer's content is what everyone reads  # doctest: +SKIP
-{'x': 1}
+>>> import pathlib, tempfile
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
+>>> write_once(path, {"x": 1}), write_once(path, {"x": 2})  # the first writer's wins
+({'x': 1}, {'x': 1})
+>>> write(path, {"x": 3}); read(path)
+{'x': 3}
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ object per env, started at the first reset.
     >>> import envs
     >>> env = envs.make("scienceworld", task="find-plant", split="heldout", game_seed=0)  # doctest: +SKIP
     >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
-    >>> len(info["legal_actions"]), info["action_templates"][0]  # doctest: +SKIP
-    (229, 'close OBJ')
+    >>> len(info["legal_actions"]), info["legal_actions"][0], info["action_templates"][0]  # doctest: +SKIP
+    (938, 'connect agent to air', 'connect OBJ to OBJ')
+    >>> info["walkthrough"][:3]  # doctest: +SKIP
+    ['open door', 'go to hallway', 'open door to greenhouse']
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ per env, started at the first reset.
     >>> import envs
     >>> env = envs.make("twx-coin", numLocations=3, game_seed=0)  # doctest: +SKIP
     >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
+    >>> info["legal_actions"][:3]  # doctest: +SKIP
+    ['close door to east', 'inventory', 'look around']
 """
 
 from __future__ import annotations
