@@ -279,7 +279,7 @@ def render_token_prompt(
         lines.append(ACTIONS_HEADER)
         for i, action in enumerate(legal):
             line = TOKEN_PLANE_BULLET + action
-            if shown_afterstates is not None:
+            if shown_afterstates is not None and shown_afterstates[i]:  # "" says nothing
                 line += AFTERSTATE_ARROW + shown_afterstates[i]
             lines.append(line)
     lines.append(COMMAND_CUE)

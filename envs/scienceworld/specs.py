@@ -1,0 +1,127 @@
+"""The ``scienceworld`` env id: one id, the task an option (ScienceWorld 1.2.3).
+
+    >>> import envs
+    >>> env = envs.make("scienceworld", task="find-plant", split="heldout")  # doctest: +SKIP
+
+Variations are split by the benchmark itself (train / dev / test); rlid's ``train``
+split plays the train variations, ``heldout`` the test variations (or the dev ones with
+``heldout_variations="dev"``). ``game_seed`` is an index into the split's variations
+(sorted), ``num_games`` the size of the pool resets draw from (at most the split's size).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.registry import EnvSpec, Option, register
+
+# No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
+NO_AFTERSTATES = Option(
+    bool, True, "afterstate rows that say nothing ('': no state copy; menus show none); false: None"
+)
+
+# ScienceWorld's task ids 1-1 .. 10-2, in that order (scienceworld.constants.ID2TASK)
+TASKS = (
+    "boil",
+    "melt",
+    "freeze",
+    "change-the-state-of-matter-of",
+    "use-thermometer",
+    "measure-melting-point-known-substance",
+    "measure-melting-point-unknown-substance",
+    "power-component",
+    "power-component-renewable-vs-nonrenewable-energy",
+    "test-conductivity",
+    "test-conductivity-of-unknown-substances",
+    "find-living-thing",
+    "find-non-living-thing",
+    "find-plant",
+    "find-animal",
+    "grow-plant",
+    "grow-fruit",
+    "chemistry-mix",
+    "chemistry-mix-paint-secondary-color",
+    "chemistry-mix-paint-tertiary-color",
+    "lifespan-longest-lived",
+    "lifespan-shortest-lived",
+    "lifespan-longest-lived-then-shortest-lived",
+    "identify-life-stages-1",
+    "identify-life-stages-2",
+    "inclined-plane-determine-angle",
+    "inclined-plane-friction-named-surfaces",
+    "inclined-plane-friction-unnamed-surfaces",
+    "mendelian-genetics-known-plant",
+    "mendelian-genetics-unknown-plant",
+)
+SIMPLIFICATIONS = (
+    "teleportAction",
+    "selfWateringFlowerPots",
+    "openContainers",
+    "openDoors",
+    "noElectricalAction",
+)
+"""The simulator's simplifications; the preset ``easy`` is all of them."""
+
+
+def simplification_string(value: str, task: str) -> str:
+    """The simulator's simplification string for ``value`` (``none``, ``easy`` or a
+    comma-separated list of :data:`SIMPLIFICATIONS`); a clear error otherwise."""
+    value = value.strip()
+    if value in ("none", ""):
+        return ""
+    if value == "easy":
+        return "easy"
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SIMPLIFICATIONS]
+    if unknown:
+        raise ValueError(
+            f"scienceworld: option simplifications={value!r} is not valid: expected 'none', "
+            f"'easy' or a comma-separated list of {', '.join(SIMPLIFICATIONS)}"
+        )
+    if "noElectricalAction" in names and ("power-component" in task or "conductivity" in task):
+        raise ValueError(
+            f"scienceworld: option simplifications={value!r} is not valid for task {task!r}: "
+            "it needs the electrical actions that noElectricalAction removes"
+        )
+    return ",".join(names)
+
+
+def make_scienceworld(**options: Any):
+    from envs.scienceworld.env import ScienceWorldEnv
+
+    return ScienceWorldEnv(**options)
+
+
+register(
+    EnvSpec(
+        "scienceworld",
+        make_scienceworld,
+        "ScienceWorld: 30 elementary-science tasks in a Java simulator; hundreds to thousands "
+        "of legal actions per state, no afterstates (needs Java)",
+        {
+            "task": Option(str, "find-plant", "the task (ScienceWorld ids 1-1 .. 10-2)", TASKS),
+            "simplifications": Option(
+                str,
+                "none",
+                "'none', 'easy' (all five) or a comma-separated list of "
+                + ", ".join(SIMPLIFICATIONS),
+            ),
+            "heldout_variations": Option(
+                str,
+                "test",
+                "the benchmark's variations the heldout split plays: 'test' or 'dev'",
+                ("test", "dev"),
+            ),
+            "max_episode_steps": Option(
+                int, 100, "steps before the episode is truncated (the package's default)", min=1
+            ),
+            "afterstates": NO_AFTERSTATES,
+            "walkthrough": Option(
+                bool,
+                True,
+                "give the gold path at reset (seconds to a minute per new variation, then "
+                "cached on disk); false: info['walkthrough'] is None",
+            ),
+        },
+    )
+)
