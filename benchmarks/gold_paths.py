@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import envs
-from envs.scienceworld.specs import TASKS
+from envs.scienceworld.tasks import TASKS
 
 
 def play(env: Any, info: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:

@@ -22,7 +22,7 @@ from jvm_helpers import ROOT, kill_run_and_check, start_run, wait_gone
 
 import envs
 from envs import jvm
-from envs.scienceworld.specs import TASKS, simplification_string
+from envs.scienceworld.tasks import TASKS, simplification_string
 from menus import Interface
 from menus.prompt import menu_for_step
 

@@ -40,7 +40,7 @@ from envs.jvm import SCIENCEWORLD, EngineLease, engine_errors
 from envs.scienceworld import gold as gold_paths
 from envs.scienceworld import parser
 from envs.scienceworld.jvm_state import PerSimulator
-from envs.scienceworld.specs import TASKS, simplification_string
+from envs.scienceworld.tasks import TASKS, simplification_string
 
 EXCLUDED_ACTIONS = frozenset({"reset task"})
 NO_AFTERSTATE = ""
@@ -50,7 +50,7 @@ class ScienceWorldEnv(TextGameEnv):
     """One ScienceWorld task; each reset plays one of its variations.
 
     Args:
-        task: one of :data:`envs.scienceworld.specs.TASKS`.
+        task: one of :data:`envs.scienceworld.tasks.TASKS`.
         simplifications: ``"none"``, ``"easy"`` or a comma-separated list of the
             simulator's simplifications.
         heldout_variations: ``"test"`` (default) or ``"dev"``: the variations the

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import envs
-from envs.scienceworld.specs import TASKS
+from envs.scienceworld.tasks import TASKS
 
 OUT = Path(__file__).with_name("scienceworld_states.json")
 PRESETS = ("easy", "noElectricalAction", "none")
