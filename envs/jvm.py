@@ -47,6 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.protocol import Py4JError, Py4JJavaError
+
 JAVA_PACKAGE_HINT = (
     "install a Java runtime (Java 8 or newer; on Debian/Ubuntu: "
     "apt-get install default-jre-headless) or set JAVA_HOME"
@@ -137,7 +140,6 @@ class JavaEngine:
     """
 
     def __init__(self, kind: EngineKind) -> None:
-        from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
         # py4j logs every broken connection with a traceback; a dead engine is reported
         # once, by engine_errors
@@ -308,7 +310,6 @@ def engine_errors(engine: JavaEngine | None, where: str) -> Iterator[None]:
     """Turn py4j failures into one line: :class:`EngineDied` when the JVM is gone, else a
     ``RuntimeError`` with the Java exception's message. ``where`` names the env and seeds.
     """
-    from py4j.protocol import Py4JError, Py4JJavaError
 
     try:
         yield

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 from envs.registry import parse_option_strings
 from menus import Interface
 from rlid.budget import BudgetCurrency
-from rlid.flags import add_dataclass_arguments, flag_name
+from rlid.flags import add_dataclass_arguments, add_env_option_argument, flag_name
 from rlid.flags import given_values as flags_given
 from rlid.limits import INT64, check_bounds
 from rlid.names import (
@@ -499,13 +499,6 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
 
 # ----------------------------------------------------------------------------- CLI glue
 _SKIP_FLAGS = ("interface", "env_options")
-
-
-def add_env_option_argument(
-    parser: argparse.ArgumentParser, help: str = "env option (repeatable), e.g. -o size=3"
-) -> None:
-    """``--env-option/-o K=V`` (repeatable); parse with ``envs.registry.parse_option_strings``."""
-    parser.add_argument("--env-option", "-o", action="append", default=[], metavar="K=V", help=help)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -48,7 +48,7 @@ from rlid.models import CausalLM, own_memory
 from rlid.planes import get_plane
 from rlid.rollout import Episode, Sampling, collect_episodes
 from rlid.runs.dir import rng_state
-from rlid.runs.log import RunLog, read_run_config
+from rlid.runs.log import RunLog, apply_resume_changes, read_run_config
 from rlid.runs.stop import RunStopped, StopSignals
 from rlid.seeds import group_rngs, iteration_rngs
 from rlid.starts import load_policy_model, model_pin
@@ -339,14 +339,22 @@ def run_iterations(
 
 
 def run_training(
-    config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True
+    config: TrainConfig | None,
+    out: Path,
+    *,
+    resume: bool,
+    progress: bool = True,
+    changes: dict[str, Any] | None = None,
 ) -> RunLog:
     """Train ``config`` into the run directory ``out`` with its plane's trainer.
 
-    With ``resume=True`` the config is read from ``out`` (``config`` is ignored;
-    change what may change with :func:`rlid.runs.log.apply_resume_changes` first).
+    With ``resume=True`` the config is read from ``out`` (``config`` is ignored);
+    ``changes`` are values given with the resume, applied where that is safe and
+    refused otherwise (:func:`rlid.runs.log.apply_resume_changes`).
     """
     if resume:
+        if changes:
+            apply_resume_changes(Path(out), changes)
         config = read_run_config(out)[0]
     if config is None:
         raise ValueError("a config is required to start a new run")

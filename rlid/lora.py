@@ -23,6 +23,7 @@ from rlid.model_folder import check_model_folder
 
 def _peft() -> Any:
     try:
+        # optional dependency: peft (the lora extra)
         import peft
     except ImportError:  # pragma: no cover - depends on the environment
         raise ValueError(

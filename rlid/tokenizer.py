@@ -147,6 +147,7 @@ def qwen_bpe_tokenizer(*, chat_template: str | None = None) -> PreTrainedTokeniz
             '.[test]'``).
     """
     try:
+        # optional dependencies: real vocabularies for tests (the test extra)
         import dashscope
         import tiktoken  # noqa: F401  (the converter reads the ranks with it)
     except ImportError as err:

@@ -62,7 +62,8 @@ from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, gathered_episode_stats
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
-from rlid.starts import answered_labels, base_model_path, load_run_model
+from rlid.start_files import answered_labels
+from rlid.starts import base_model_path, load_run_model
 
 FILLER = np.zeros(1, dtype=np.int64)  # a filler micro-step scores the rank's first decision
 

@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 from rlid import models as models_mod
 from rlid import tokenizer as tokenizer_mod
 from rlid.models import build_model_from_config, build_tiny_model, model_config, save_policy_model
-from rlid.starts import load_policy_model, play_cache_dir
+from rlid.start_files import play_cache_dir
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer, required_single_tokens
 
 TYPICAL_PROMPT = (

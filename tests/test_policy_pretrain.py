@@ -15,7 +15,8 @@ from rlid.policy import DecisionPolicy, sample_rows
 from rlid.pretrain import PretrainConfig, random_play_transcripts, transcripts
 from rlid.pretrain.build import pretrain
 from rlid.readout import label_logprobs
-from rlid.starts import answered_labels, load_policy_model
+from rlid.start_files import answered_labels
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 

@@ -27,7 +27,8 @@ from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock, RunLockedError, recorded_holder
 from rlid.runs.log import NonFiniteError, RunLog
 from rlid.runs.state import load_state, save_state
-from rlid.starts import load_policy_model, play_cache_dir
+from rlid.start_files import play_cache_dir
+from rlid.starts import load_policy_model
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 ROOT = Path(__file__).resolve().parents[1]

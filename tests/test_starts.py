@@ -16,16 +16,15 @@ import pytest
 
 from rlid.flags import add_dataclass_arguments, given_values
 from rlid.pretrain import PretrainConfig
-from rlid.starts import (
+from rlid.start_files import (
     TINY_NAME,
     TINY_RANDOM_NAME,
     check_shipped,
     file_sha256,
-    load_policy_model,
-    model_pin,
     read_manifest,
     shipped_dir,
 )
+from rlid.starts import load_policy_model, model_pin
 
 ROOT = Path(__file__).resolve().parents[1]
 

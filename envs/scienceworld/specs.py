@@ -23,8 +23,12 @@ NO_AFTERSTATES = Option(
 
 
 def make_scienceworld(**options: Any):
-    from envs.scienceworld.env import ScienceWorldEnv
-
+    try:  # lazy: `import envs` must not need the jvm extra, nor load py4j
+        from envs.scienceworld.env import ScienceWorldEnv
+    except ImportError as err:
+        raise ImportError(
+            f"scienceworld needs the jvm extra: pip install 'rlid[jvm]' ({err})"
+        ) from None
     return ScienceWorldEnv(**options)
 
 

@@ -215,6 +215,7 @@ def _apply_custom_settings(options: Any, settings: Mapping[str, Any]) -> None:
 def quiet_jericho() -> Iterator[None]:
     """Silence Jericho's "game not fully supported" warning: TextWorld games never are
     in its list, and its own score/move detection is not used."""
+    # optional dependency: jericho reads Z-machine files (tw-file games)
     import jericho
 
     with warnings.catch_warnings():

@@ -131,7 +131,12 @@ def env_id_of(game: str) -> str:
 
 def _factory(game: str):
     def make(**options: Any):
-        from envs.twx.env import TextWorldExpressEnv
+        try:  # lazy: `import envs` must not need the jvm extra, nor load py4j
+            from envs.twx.env import TextWorldExpressEnv
+        except ImportError as err:
+            raise ImportError(
+                f"{env_id_of(game)} needs the jvm extra: pip install 'rlid[jvm]' ({err})"
+            ) from None
 
         params = {k: v for k, v in options.items() if k not in _COMMON_ARGS}
         return TextWorldExpressEnv(

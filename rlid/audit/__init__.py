@@ -25,7 +25,6 @@ _FROM_RUN = ("AUDIT_INTERFACE", "audit", "load_wordings", "parse_advantages", "r
 __all__ = [
     "AUDIT_INTERFACE",
     "AuditConfig",
-    "add_audit_parser",
     "audit",
     "load_wordings",
     "parse_advantages",
@@ -35,14 +34,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_RUN:
+        # lazy: the audit imports torch; importing the package (`rlid audit --help`) must not
         from rlid.audit import run
 
         return getattr(run, name)
     raise AttributeError(f"module 'rlid.audit' has no attribute {name!r}")
-
-
-def add_audit_parser(subparsers: Any) -> None:
-    """Register ``rlid audit`` (see :mod:`rlid.audit.cli`)."""
-    from rlid.audit.cli import add_audit_parser as add
-
-    add(subparsers)

@@ -7,12 +7,12 @@ import ast
 import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
 from rlid.audit.config import AuditConfig
+from rlid.audit.report import format_report, write_plot
 from rlid.flags import add_dataclass_arguments, given_values
-from rlid.limits import one_line
+from rlid.limits import PER_CORE, one_line, usable_cores
 
 
 def _module_doc(name: str) -> str:
@@ -26,8 +26,6 @@ def _module_doc(name: str) -> str:
 
 def check_threads(threads: int) -> None:
     """``--threads`` from 1 to what this machine can use (:mod:`rlid.limits`)."""
-    from rlid.limits import PER_CORE, usable_cores
-
     most = PER_CORE * usable_cores()
     if not 1 <= threads <= most:
         raise ValueError(f"--threads {threads} is not between 1 and {most} ({PER_CORE} x cores)")
@@ -55,23 +53,15 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
-    import torch
-
-    from rlid.audit.report import format_report, write_plot
-    from rlid.audit.run import audit, load_wordings, resolve_problem
-    from rlid.starts import load_policy_model
+    # lazy: the audit imports torch; `rlid audit --help` must not
+    from rlid.audit.run import audit_model, load_wordings, resolve_problem
 
     try:
         check_threads(args.threads)
-        torch.set_num_threads(args.threads)
         config = AuditConfig(**given_values(args, AuditConfig))
         wordings = load_wordings(config.wordings) if config.wordings else None
         resolve_problem(config, wordings)  # input errors before the model loads
-
-        model, tokenizer = load_policy_model(config.model)
-        start = time.perf_counter()
-        report = audit(model, tokenizer, config, wordings)
-        report["seconds"] = time.perf_counter() - start
+        report = audit_model(config, wordings, threads=args.threads)
     except (ValueError, FileNotFoundError, KeyError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"rlid audit: error: {one_line(str(msg))}", file=sys.stderr)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from rlid.audit.moments import decompose, noisy_atoms, plain_atoms, wording_bonu
 from rlid.audit.paraphrases import WORDING_STYLES
 from rlid.audit.report import verdicts
 from rlid.audit.states import BUILTIN_STATES, AuditState
+from rlid.starts import load_policy_model
 
 AUDIT_INTERFACE = Interface(memory="none", afterstates=False, shuffle=False)
 """Both prompts of the audit: goal, observation and the legal list; no memory, no
@@ -331,3 +333,16 @@ def _mc_row(row, exact) -> dict[str, Any]:
         "trace_cov_action": entry(row.trace_cov_action, exact.trace_cov_action),
         "difference": entry(row.difference, exact.wording_term),
     }
+
+
+def audit_model(
+    config: AuditConfig, wordings: dict[str, tuple[str, ...]] | None, *, threads: int
+) -> dict[str, Any]:
+    """``rlid audit``: load ``config.model`` (:func:`rlid.starts.load_policy_model`) and run
+    :func:`audit` on it with ``threads`` torch threads; ``seconds`` is the audit's time."""
+    torch.set_num_threads(threads)
+    model, tokenizer = load_policy_model(config.model)
+    start = time.perf_counter()
+    report = audit(model, tokenizer, config, wordings)
+    report["seconds"] = time.perf_counter() - start
+    return report

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import errno
 import faulthandler
+import importlib
 import os
 import signal
 import sys
@@ -26,7 +27,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # standard library only: keeps `rlid --help` fast
+from rlid.flags import add_env_option_argument
 from rlid.limits import one_line
+from rlid.runs.files import os_error_of
+from rlid.runs.lock import RunLockedError
 from rlid.runs.stop import (
     RunStopped,
     Terminated,
@@ -41,6 +45,7 @@ class UserError(Exception):
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
+    # lazy: `rlid --help` must stay quick (envs imports gymnasium)
     import envs
 
     spec_ids = envs.list_envs()
@@ -65,13 +70,13 @@ def _add_envs(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    # lazy: `rlid --help` must stay quick (playing imports the envs)
     from rlid.cli.play import play
 
     return play(args)
 
 
 def _add_play(sub: argparse._SubParsersAction) -> None:
-    from rlid.config import add_env_option_argument
 
     p = sub.add_parser(
         "play",
@@ -137,8 +142,6 @@ def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_envs(sub)
     _add_play(sub)
-    import importlib
-
     for module_name, hook, commands in _EXTERNAL:
         if command != ALL and command not in commands:
             for name, help_line in commands.items():
@@ -175,8 +178,6 @@ _OS_HINTS = {
 
 def error_message(err: BaseException) -> str | None:
     """One line for an error caused by input or environment; None for a bug."""
-    from rlid.runs.lock import RunLockedError
-
     if isinstance(err, UserError | RunLockedError):
         return str(err)
     if isinstance(err, KeyError):
@@ -193,8 +194,6 @@ def error_message(err: BaseException) -> str | None:
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
         return str(err)
     if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
-        from rlid.runs.files import os_error_of
-
         inner = os_error_of(err)
         if inner is not None:  # writing: a full disk, a read-only file system, ...
             return error_message(inner)

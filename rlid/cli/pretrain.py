@@ -13,6 +13,7 @@ from pathlib import Path
 from rlid.flags import add_dataclass_arguments, given_values
 from rlid.limits import PER_CORE, check_seed, usable_cores
 from rlid.pretrain.config import CHECKPOINT_EVERY, PretrainConfig
+from rlid.start_files import play_cache_dir
 
 DESCRIPTION = (
     "Build a warm start: language-model pretraining of the tiny model on transcripts of "
@@ -26,7 +27,6 @@ DESCRIPTION = (
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     # lazy: pretraining imports torch; `rlid pretrain --help` must not
     from rlid.pretrain.build import pretrain, save_unfinished
-    from rlid.starts import play_cache_dir
 
     target = Path(args.out) if args.out else play_cache_dir()
     if args.snapshot:

@@ -13,58 +13,35 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import envs as envs_pkg
 from envs.registry import parse_option_strings
-from menus import Interface
 from rlid.compare.config import build_train_config
 from rlid.compare.parse import load_compare_config
 from rlid.config import (
     TrainConfig,
     add_config_arguments,
-    add_env_option_argument,
     config_from_args,
     config_from_values,
     config_table,
     given_values,
     read_toml,
 )
+from rlid.flags import add_env_option_argument
 from rlid.limits import check_seed
 from rlid.runs.trackers import check_installed
-
-
-def resume_changes(run_dir: Path, given: dict[str, Any]) -> dict[str, Any]:
-    """Values given with ``--resume``, as whole TrainConfig fields of the saved run."""
-    # lazy: the run directory code imports torch; `rlid train --help` must not
-    from rlid.runs.log import read_run_config
-
-    saved, _ = read_run_config(run_dir)
-    changes = dict(given)
-    if "interface" in changes:
-        changes["interface"] = Interface.from_dict(
-            {**saved.interface.to_dict(), **changes["interface"]}
-        )
-    if "env_options" in changes:
-        options = {**saved.env_options, **changes["env_options"]}
-        if options != saved.env_options:  # --env-option values are strings: compare resolved
-            spec = envs_pkg.get_spec(saved.env)
-            if spec.resolve(options) == spec.resolve(saved.env_options):
-                options = saved.env_options
-        changes["env_options"] = options
-    return changes
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # lazy: the training core imports torch; `rlid train --help` must not
     from rlid.loop import run_training
-    from rlid.runs.log import apply_resume_changes
 
     if args.resume is not None:
         if args.out is not None and Path(args.out) != Path(args.resume):
             raise ValueError("--resume DIR continues DIR; do not also give a different --out")
-        given = given_values(args)
-        if given:  # applied where safe (e.g. a larger --steps), refused otherwise
-            apply_resume_changes(Path(args.resume), resume_changes(Path(args.resume), given))
-        log = run_training(None, Path(args.resume), resume=True, progress=not args.quiet)
+        # values given with --resume: applied where safe (a larger --steps), else refused
+        log = run_training(
+            None, Path(args.resume), resume=True, progress=not args.quiet,
+            changes=given_values(args),
+        )  # fmt: skip
     else:
         if args.out is None:
             raise ValueError("--out DIR is required (where the run is written)")

@@ -31,6 +31,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rlid.cli.main import _EXTERNAL
+
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding rlid/, menus/, envs/
 START = re.compile(r"<!-- flags: ([a-z-]+) -->\n")
 END = "<!-- /flags -->"
@@ -362,8 +364,6 @@ def _argument(call: ast.Call, src: _Source, env: dict[str, Any], group: str) -> 
 
 def read_commands() -> dict[str, Command]:
     """Every ``rlid`` command with its flags, in the order ``rlid --help`` lists them."""
-    from rlid.cli.main import _EXTERNAL  # the command table; importing it loads no torch
-
     out: dict[str, _Parser] = {}
     for module, hook in (*HOOKS, *((m, h) for m, h, _ in _EXTERNAL)):
         where, fn = _function(_source(module), hook, {})

@@ -25,6 +25,7 @@ __all__ = ["CompareConfig", "load_compare_config", "run_comparison"]
 
 def __getattr__(name: str) -> Any:
     if name == "run_comparison":  # imports torch: on first use, not with the package
+        # lazy: the runner imports torch; importing the package must not
         from rlid.compare.run import run_comparison
 
         return run_comparison

@@ -26,7 +26,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rlid.compare.run import run_comparison, run_references  # torch: not for --help
+    # lazy: the runner imports torch; `rlid compare --help` must not
+    from rlid.compare.run import run_comparison, run_references
 
     compare = load_compare_config(args.config)  # every check before any run starts
     if args.arms is not None or args.envs is not None or args.seeds is not None:
@@ -37,6 +38,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ValueError("--out DIR is required (where the runs and the report go)")
     if args.status:
+        # lazy: the status reads runs with torch; `rlid compare --help` must not
         from rlid.compare.status import comparison_status, format_status
 
         if not (Path(args.out) / "comparison.json").is_file():

@@ -48,7 +48,7 @@ from rlid.runs.files import LinkRefusedError, link_message
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
 from rlid.runs.stop import RunStopped, StopSignals, signal_name
-from rlid.starts import TINY_NAME, TINY_RANDOM_NAME
+from rlid.start_files import TINY_NAME, TINY_RANDOM_NAME
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN

@@ -349,3 +349,12 @@ def save_figure(fig: Any, path: Path, *, dpi: int) -> Path:
     fig.savefig(buf, format="png", dpi=dpi)
     atomic_write_bytes(Path(path), buf.getvalue())
     return Path(path)
+
+
+def new_figure(**kwargs: Any) -> Any:
+    """A matplotlib ``Figure`` (the object API: no pyplot, so the caller's backend is left
+    alone, e.g. in a notebook); :func:`save_figure` renders it to PNG."""
+    # lazy: matplotlib takes a while to import, and only writing a plot needs it
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)

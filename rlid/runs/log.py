@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+import envs as envs_pkg
+from menus import Interface
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
@@ -561,7 +563,8 @@ def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
 
 
 def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[Any]]:
-    """Apply config values given together with ``--resume`` to the run in ``path``.
+    """Apply config values given together with ``--resume`` to the run in ``path``
+    (``interface`` / ``env_options``: only the fields given, :func:`resume_changes`).
 
     Values equal to the run's are fine. Of the rest, only :data:`RESUME_CHANGEABLE`
     fields may change (a larger ``steps`` extends a finished run: its final
@@ -570,6 +573,7 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
     checkpoints stay loadable. Returns ``{field: [old, new]}`` of what changed.
     """
     path = Path(path)
+    changes = resume_changes(path, changes)
     with RunLock(path, "rlid train --resume (config change)"):
         rundir.refuse_run_links(path)
         config, raw = read_run_config(path)
@@ -614,3 +618,23 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
         print(f"note: {path}: {key} {old} -> {value} (recorded in config.json history)",
               file=sys.stderr)  # fmt: skip
     return diff
+
+
+def resume_changes(run_dir: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """Values given with ``--resume`` (``interface`` / ``env_options``: the fields given)
+    as whole TrainConfig fields of the saved run; ``--env-option`` strings that resolve to
+    the saved options count as unchanged."""
+    saved, _ = read_run_config(run_dir)
+    changes = dict(given)
+    if isinstance(changes.get("interface"), dict):  # the fields given; an Interface: whole
+        changes["interface"] = Interface.from_dict(
+            {**saved.interface.to_dict(), **changes["interface"]}
+        )
+    if "env_options" in changes:
+        options = {**saved.env_options, **changes["env_options"]}
+        if options != saved.env_options:  # --env-option values are strings: compare resolved
+            spec = envs_pkg.get_spec(saved.env)
+            if spec.resolve(options) == spec.resolve(saved.env_options):
+                options = saved.env_options
+        changes["env_options"] = options
+    return changes

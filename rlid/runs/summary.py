@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlid.runs import dir as rundir
-from rlid.runs.files import save_figure
+from rlid.runs.files import new_figure, save_figure
 from rlid.runs.software import describe_software
 
 CURVE_PANELS = (
@@ -35,19 +35,15 @@ def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
     """``curves.png``: one panel per logged quantity against env steps.
 
-    Uses matplotlib's object API with the Agg canvas: the caller's pyplot backend is
+    Uses matplotlib's object API (:func:`rlid.runs.files.new_figure`): the caller's pyplot backend is
     left alone (training inside a notebook does not switch it).
     """
     if not metrics:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     panels = [(k, t) for k, t in CURVE_PANELS if _series(metrics, k)[0]]
     cols = 4
     rows = (len(panels) + cols - 1) // cols
-    fig = Figure(figsize=(4 * cols, 3 * rows))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(4 * cols, 3 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels):
         xs, ys = _series(metrics, key)
