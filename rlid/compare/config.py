@@ -43,11 +43,11 @@ eval_episodes and interface.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
 from menus import Interface
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, config_class
 from rlid.names import TokenAlgo
 
 PLANE_ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -235,8 +235,13 @@ class CompareConfig:
 
 
 def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: int) -> TrainConfig:
-    """defaults < arm options < what the comparison fixes (budget, seed, env, interface)."""
-    data = {**compare.defaults, **arm.options}
+    """defaults < arm options < what the comparison fixes (budget, seed, env, interface).
+
+    ``[defaults]`` serve every arm: a default that only another plane has (the token
+    plane's ``max_new_tokens`` for a decision arm) is left out of this arm's config."""
+    own = {f.name for f in fields(config_class(arm.plane))}
+    data = {k: v for k, v in compare.defaults.items() if k in own}
+    data.update(arm.options)
     data.update(
         plane=arm.plane,
         env=env.env_id,

@@ -27,7 +27,7 @@ from rlid.compare.config import (
     CompareEnv,
     build_train_config,
 )
-from rlid.config import TrainConfig, read_toml
+from rlid.config import TrainConfig, plane_config_classes, read_toml
 
 TOP_KEYS = (
     "name",
@@ -193,7 +193,8 @@ def _declared(value: Any) -> tuple[str, ...]:
 def _train_overrides(table: Any, key: str) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise CompareConfigError(f"{key}: must be a table of TrainConfig values, got {table!r}")
-    known = {f.name for f in fields(TrainConfig)}
+    # any plane's field: [defaults] serve every arm, each run takes its own plane's
+    known = {f.name for cls in plane_config_classes().values() for f in fields(cls)}
     for name in table:
         if name in FIXED_KEYS:
             raise CompareConfigError(
