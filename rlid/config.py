@@ -382,7 +382,10 @@ _NO_DEFAULT = object()
 def config_class(plane: str) -> type[TrainConfig]:
     """The config class of ``plane`` (:mod:`rlid.planes`; the decision plane's is
     :class:`TrainConfig`); an unknown plane fails listing the registered ones."""
-    found = get_plane(plane).config_class()
+    try:
+        found = get_plane(plane).config_class()
+    except ValueError as err:
+        raise ValueError(f"plane={plane!r}: {err}") from None
     if not (isinstance(found, type) and issubclass(found, TrainConfig)):
         raise ValueError(f"plane {plane!r} names {found!r} as its config, not a TrainConfig")
     return found

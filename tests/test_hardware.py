@@ -105,11 +105,11 @@ def test_training_runs_with_every_tensor_on_the_device(tmp_path, device, plane):
     from rlid.loop import run_training
 
     extra = {"max_new_tokens": 3, "algo": "dapo"} if plane == "token" else {"kl_coef": 0.1}
-    config = TrainConfig(
+    config = TrainConfig.from_dict(dict(
         plane=plane, env="keydoor", env_options={"size": 2}, steps=24, groups_per_iter=2,
         group_size=2, eval_episodes=2, device=device, minibatch_size=8, micro_batch_size=3,
         **extra,
-    )  # fmt: skip
+    ))  # fmt: skip
     run_training(config, tmp_path / "run", resume=False, progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(np.isfinite(r["return"]) for r in rows)

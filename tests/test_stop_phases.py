@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rlid import loop
 from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.runs.dir import read_metrics
@@ -42,7 +43,7 @@ def lock_record(run: Path) -> str:
 def _stop_in_evaluation(monkeypatch, call: int, stop: BaseException | int) -> None:
     """The ``call``-th held-out evaluation from now on is stopped: by raising ``stop``,
     or by sending this process the signal ``stop``."""
-    real, calls = trainer_mod.evaluate, []
+    real, calls = loop.evaluate, []
 
     def stopped(*args, **kwargs):
         calls.append(1)
@@ -53,7 +54,7 @@ def _stop_in_evaluation(monkeypatch, call: int, stop: BaseException | int) -> No
                 raise stop
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "evaluate", stopped)
+    monkeypatch.setattr(loop, "evaluate", stopped)
 
 
 def test_sigterm_during_the_evaluation_before_training_is_one_line_and_exit_143(tmp_path):

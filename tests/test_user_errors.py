@@ -174,12 +174,15 @@ def test_a_checkpoint_save_on_a_full_disk_says_so_naming_the_checkpoint(
     import safetensors.torch
     from safetensors import SafetensorError
 
+    import rlid.runs.state as state_mod
+
     def full(*args, **kwargs):
         raise SafetensorError(
             "Error while serializing: I/O error: No space left on device (os error 28)"
         )
 
-    monkeypatch.setattr(safetensors.torch, "save_file", full)  # the trainer state's writer
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(state_mod, "save_file", full)  # the trainer state's writer
     out = tmp_path / "run"
     assert cli_main(["train", *TRAIN, "--out", str(out)]) == 2
     line = one_line(capsys)
