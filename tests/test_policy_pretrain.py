@@ -685,8 +685,8 @@ def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_
     saved = json.loads((tmp_path / "m" / "pretrain.json").read_text())
     assert saved["dropped"] == info["dropped"]
     # what wrote the weights: their hash (as a run's start_model records it) and the code
-    from rlid.runs.pin import model_pin
     from rlid.runs.software import software_record
+    from rlid.starts import model_pin
 
     assert saved["sha256"] == model_pin(str(tmp_path / "m"))["sha256"]
     assert saved["software"] == json.loads(json.dumps(software_record()))

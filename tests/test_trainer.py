@@ -361,7 +361,15 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
         + "".join(f"{k} = {v}\n" for k, v in TINY_ENV.items())
         + '[interface]\nmemory = "none"\n'
     )
-    argv = ["eval", "--model", "tiny-random", "--config", str(tmp_path / "c.toml"), "--episodes", "5"]
+    argv = [
+        "eval",
+        "--model",
+        "tiny-random",
+        "--config",
+        str(tmp_path / "c.toml"),
+        "--episodes",
+        "5",
+    ]
     assert cli_main([*argv, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert {k: printed[k] for k in rows["before"]} == rows["before"]

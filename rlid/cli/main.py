@@ -99,7 +99,7 @@ def _add_play(sub: argparse._SubParsersAction) -> None:
 # and ``rlid envs`` start in a fraction of a second (benchmarks/cli_startup.py).
 _EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
     ("rlid.cli.pretrain", "add_pretrain_parser",
-     {"pretrain": "warm-start the tiny model on random-play transcripts (cached)"}),
+     {"pretrain": "build a warm start of the tiny model (default: the random-play start, cached)"}),
     ("rlid.cli.train", "add_train_parsers", {
         "train": "train an agent (decision-plane PPO, scoring-plane PPO, or token-plane "
                  "GRPO family)",
@@ -110,7 +110,7 @@ _EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
     ("rlid.compare.cli", "add_compare_parser",
      {"compare": "compare arms (planes x algorithms) over seeds under one shared budget"}),
     ("rlid.cli.demo", "add_demo_parser",
-     {"demo": "the main job: warm start, decision PPO, held-out table"}),
+     {"demo": "the main job: the shipped start, decision PPO, held-out table"}),
     ("rlid.cli.export", "add_export_parser",
      {"export": "write a run's agent as a Hugging Face model dir with interface.json and a "
                 "model card"}),

@@ -64,10 +64,12 @@ def _fmt(value: Any) -> str:
 
 
 _ORIGINS = {
-    "warm": "warm-started tiny model (language-model pretraining on random-play "
+    "shipped": "the shipped warm start (the tiny model taught by the menus' marks on "
+    "training games; rlid/data/start/manifest.json says how it was built)",
+    "warm": "the random-play warm start (language-model pretraining on random-play "
     "transcripts: it reads menus and writes commands, but knows no task)",
     "fresh": "**fresh random initialisation** of the tiny model, not warm-started "
-    "(expect slow or no learning; `--model tiny` is the warm-started one)",
+    "(expect slow or no learning; `--model tiny` is the shipped warm start)",
     "local": "local Hugging Face model directory",
 }
 
