@@ -828,15 +828,8 @@ def test_run_configs_committed_as_results_still_read():
             {"decision-ppo", "decision-ppo-length"},
         ),
         ("suite_0.3_budget/suite.toml", ("suite_0.3_budget/runs",), {"decision-ppo"}),
-        # the suite's own config plans the pilots' runs of its default and marked-start
-        # arms as they were trained, so they stand in the suite's table
-        (
-            "../../examples/suite.toml",
-            ("recipe_pilots/runs",),
-            {"decision-ppo", "decision-ppo-marked300"},
-        ),
     ],
-    ids=["episode-weight", "five-seeds", "budget", "suite-marked-start"],
+    ids=["episode-weight", "five-seeds", "budget"],
 )
 def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs, arms):
     """A results page's config, read by today's code, plans exactly the runs committed

@@ -47,8 +47,10 @@ from rlid.runs import dir as rundir
 from rlid.runs.files import LinkRefusedError, link_message
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
+from rlid.runs.pin import describe
 from rlid.runs.stop import RunStopped, StopSignals, signal_name
 from rlid.start_files import TINY_NAME, TINY_RANDOM_NAME
+from rlid.starts import model_pin
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
@@ -84,7 +86,8 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     """
     if not (run_dir / "config.json").exists():
         return
-    saved, _ = read_run_config(run_dir)
+    saved, raw = read_run_config(run_dir)
+    check_start_weights(run, run_dir, raw.get("start_model") or {})
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
     if differing == ["interface"] and state == "finished":
@@ -103,6 +106,24 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
             f"{run_dir} was trained with a different config (differs in: "
             f"{', '.join(differing)}){moved}; use another --out, or delete that run to "
             "retrain it"
+        )
+
+
+def check_start_weights(run: RunSpec, run_dir: Path, recorded: dict[str, Any]) -> None:
+    """Refuse a run trained from other starting weights than its model name gives now
+    (e.g. ``tiny`` from before it became the shipped start): the same config would
+    otherwise stand in for another start's run. A start not built yet (``tiny-play``
+    before its first use) is not compared."""
+    if not recorded.get("sha256"):
+        return  # tiny-random, or a run from before the pins
+    now = model_pin(str(run.config.model))
+    if now.get("sha256") and (now.get("origin"), now["sha256"]) != (
+        recorded.get("origin"), recorded["sha256"]
+    ):  # fmt: skip
+        raise ValueError(
+            f"{run_dir} was trained from other starting weights: {describe(recorded)}, but "
+            f"{run.config.model!r} now resolves to {describe(now)}; use another --out, or "
+            "delete that run to retrain it"
         )
 
 
