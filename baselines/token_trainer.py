@@ -8,7 +8,7 @@ the decision trainer (``RunLog``, ``Budget``, ``evaluate``, ``iteration_rngs``,
 
 Multi-step credit (the choice, and why): the G episodes reset with the same seed
 form a group, and *every generated token of an episode* gets that episode's
-group-relative advantage, ``group_advantages`` of the episode returns (std
+group-relative advantage, ``rlid.advantages.group_relative_advantages`` of the episode returns (std
 scaling for grpo / dapo / gspo / cispo, none for dr_grpo; ``adv_scale`` is a
 decision-plane option). This is the episode-level GRPO that the decision plane's
 ``advantage="group"`` uses, so the two planes differ in the probability event
@@ -50,14 +50,13 @@ from baselines.engine import completion_logprobs, make_engine
 from baselines.losses import (
     TokenLoss,
     aggregation_normaliser,
-    group_advantages,
     nonzero_variance_groups,
     overlong_penalty,
     token_policy_loss,
 )
 from baselines.token_policy import Generation, TokenPolicy
 from rlid import distributed as dist_
-from rlid.advantages import episode_return
+from rlid.advantages import episode_return, group_relative_advantages
 from rlid.config import TrainConfig
 from rlid.distributed import World
 from rlid.hardware import train_mode_without_dropout
@@ -191,9 +190,11 @@ def token_advantages(
     """Flatten episodes into completions with the episode's group advantage (N,)."""
     if not episodes:
         return [], torch.zeros(0)
-    grouped, returns = group_returns(episodes, config)
+    grouped, returns = group_returns(episodes, config)  # (groups, G)
     scale: AdvantageScale = "none" if config.algo == "dr_grpo" else "std"
-    adv = group_advantages(returns, scale=scale)  # (groups, G)
+    group_ids = torch.arange(returns.shape[0]).repeat_interleave(returns.shape[1])
+    # the decision plane's function: one group-advantage definition for both planes
+    adv = group_relative_advantages(returns.flatten(), group_ids, scale=scale).view_as(returns)
     completions: list[Generation] = []
     per_completion: list[float] = []
     for g, group in enumerate(grouped):
