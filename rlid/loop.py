@@ -47,8 +47,9 @@ from rlid.lora import AdapterDisabled
 from rlid.models import CausalLM, own_memory
 from rlid.planes import get_plane
 from rlid.rollout import Episode, Sampling, collect_episodes
+from rlid.runs.changes import apply_resume_changes
 from rlid.runs.dir import rng_state
-from rlid.runs.log import RunLog, apply_resume_changes, read_run_config
+from rlid.runs.log import RunLog, read_run_config
 from rlid.runs.stop import RunStopped, StopSignals
 from rlid.seeds import group_rngs, iteration_rngs
 from rlid.starts import load_policy_model, model_pin

@@ -430,7 +430,7 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys):
 
 
 def test_resume_reads_episode_weight_auto_as_the_run_resolves_it(finished_run, tmp_path):
-    from rlid.runs.log import apply_resume_changes
+    from rlid.runs.changes import apply_resume_changes
 
     run = copy_run(finished_run, tmp_path)  # a decision run with group advantages: equal
     before = snapshot(run)
