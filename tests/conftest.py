@@ -38,6 +38,31 @@ def _small_play_start_recipe():
     starts.PLAY_RECIPE = saved
 
 
+MAX_TEST_BUILD_STEPS = 50
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_real_warm_start_builds():
+    """No test builds a real warm start: the default start is shipped, and the tests of
+    the build itself use a tiny recipe. A build of more than MAX_TEST_BUILD_STEPS
+    optimizer steps, in this process, fails the test that asked for it."""
+    from rlid import starts
+    from rlid.pretrain import build
+
+    real = build.pretrain
+
+    def small_only(config, *args, **kwargs):
+        assert config.steps <= MAX_TEST_BUILD_STEPS, (
+            f"a test started a warm-start build of {config.steps} steps; use the shipped "
+            "start (tiny), tiny-random, or a recipe of a few steps"
+        )
+        return real(config, *args, **kwargs)
+
+    build.pretrain, starts.pretrain = small_only, small_only
+    yield
+    build.pretrain, starts.pretrain = real, real
+
+
 @contextlib.contextmanager
 def _locked_by_another_process(directory: Path, purpose: str) -> Iterator[int]:
     """Hold ``directory``'s run lock in a child process; yield its pid."""
