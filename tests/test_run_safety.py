@@ -831,12 +831,29 @@ def test_run_configs_committed_as_results_still_read():
     ],
     ids=["episode-weight", "five-seeds", "budget"],
 )
-def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs, arms):
+def test_a_results_page_config_still_plans_the_runs_it_reports(
+    config, run_dirs, arms, monkeypatch
+):
     """A results page's config, read by today's code, plans exactly the runs committed
     with it (0.2's length runs, runs with equal written out, and 0.3's default, auto),
-    so a default changed since cannot silently make it train something else."""
+    so a default changed since cannot silently make it train something else.
+
+    The pages' runs started from 0.3's ``tiny`` (today's ``tiny-play``); ``tiny`` is the
+    shipped start now, so the start-weight check must refuse them as stand-ins for a
+    rerun of the page, while every other field still matches."""
+    import rlid.compare.run as compare_run
     from rlid.compare.parse import load_compare_config
     from rlid.compare.run import check_existing_run
+
+    refused = []
+    real_check = compare_run.check_start_weights
+
+    def start_check(run, run_dir, recorded):
+        with pytest.raises(ValueError, match="other starting weights"):
+            real_check(run, run_dir, recorded)
+        refused.append(run.name)
+
+    monkeypatch.setattr(compare_run, "check_start_weights", start_check)
 
     results = Path(__file__).resolve().parents[1] / "docs" / "results"
     kept = Path(__file__).resolve().parent / "data" / "result_runs"  # the runs' config.json
@@ -849,6 +866,7 @@ def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs,
                 check_existing_run(run, kept / where / run.name, "finished")
                 checked.add(run.arm)
     assert checked == arms
+    assert refused  # each kept run was met by the start-weight check, which refused it
 
 
 # --------------------------------------------------------------- which code trained a run
