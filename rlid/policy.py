@@ -50,7 +50,13 @@ from rlid.readout import (
     readout_from_ids,
 )
 from rlid.tree_readout import LevelReader, PathReadout, path_logprobs
-from rlid.tree_walk import PathStep, path_segments, tree_logprobs, walk_trees
+from rlid.tree_walk import (
+    PathStep,
+    longest_continuation,
+    path_segments,
+    tree_logprobs,
+    walk_trees,
+)
 
 T = TypeVar("T")
 
@@ -345,14 +351,15 @@ class DecisionPolicy:
                 prompt = render_decision_prompt(
                     observations[b], infos[b], tree, interface, self.tokenizer, memory_text=memory
                 )
-                return encode_prompt(self.tokenizer, prompt), tree
+                later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
+                return encode_prompt(self.tokenizer, prompt), tree, later
 
             encoded, _ = fit_to_context(
                 encode_step, memory_texts, context_limit(self.model), self.interface,
-                self.budget, length=lambda e: len(e[0]),
-            )  # fmt: skip
-            prompt_ids = [ids for ids, _ in encoded]
-            trees = [tree for _, tree in encoded]  # as shown (shortened steps lose fields)
+                self.budget, length=lambda e: len(e[0]) + e[2],
+            )  # fmt: skip  # a prompt must leave room for the tree's longest path
+            prompt_ids = [ids for ids, _, _ in encoded]
+            trees = [tree for _, tree, _ in encoded]  # as shown (shortened steps lose fields)
         with self.timers.time("forward"), torch.no_grad():
             reader = LevelReader(self.model, self.pad_id, self.autocast)
             walks, hidden, tokens = walk_trees(

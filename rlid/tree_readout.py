@@ -24,7 +24,8 @@ count real tokens only (``cumsum(mask) - 1``), so a row reads as if it were alon
 answer positions are the last column of each block, the same for every row.
 
 Only those positions' logits are computed (``logits_to_keep`` as a tensor of columns);
-label logits, the per-level log-softmax and the label mass are float32.
+label logits, the per-level log-softmax and the label mass are float32 (float64 for a
+float64 model, as the audit runs it).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def label_scores(
     ``temperature`` is a float or one value per leading row (B,). A level with no
     valid label gets ``-inf`` everywhere and mass 1.
     """
-    logits = logits.float()
+    logits = logits if logits.dtype == torch.float64 else logits.float()  # float64 stays
     vocab = logits.shape[-1]
     any_valid = label_valid.any(-1, keepdim=True)  # (..., 1)
     label_logits = logits.gather(-1, label_ids.clamp(0, vocab - 1))  # (..., W)

@@ -53,8 +53,8 @@ def attach_path_reference(ref_policy: Any, decisions: list[Decision]) -> None:
     with torch.no_grad():
         ref = ref_policy.score_paths(decisions).logp  # (B, D, W)
     for b, d in enumerate(decisions):
-        levels = len(d.path) or 1
-        d.extra["logp_ref_levels"] = ref[b, :levels].tolist()
+        widths = [len(s.label_ids) for s in d.path] or [len(d.label_ids)]
+        d.extra["logp_ref_levels"] = [ref[b, level, :w].tolist() for level, w in enumerate(widths)]
 
 
 def _reference(decisions: list[Decision], shape: torch.Size, device: torch.device) -> torch.Tensor:

@@ -99,6 +99,19 @@ def segment_ids(
     return [labels.token_ids[row], *ids]
 
 
+def longest_continuation(
+    tree: LabelTree, labels: LabelSet, interface: Interface, tokenizer: Any
+) -> int:
+    """The most tokens the later levels of ``tree`` append to its prompt (over every path):
+    what a decision over the tree may need beyond its first prompt."""
+    added: dict[tuple[int, ...], int] = {(): 0}
+    for path in tree.menu_paths():  # parents before their groups
+        if path:
+            segment = segment_ids(tree, path, labels, interface, tokenizer)
+            added[path] = added[path[:-1]] + len(segment)
+    return max(added.values())
+
+
 def row_entropy(logp: torch.Tensor) -> torch.Tensor:
     """Exact entropy of each row's distribution (n, W), -inf padded -> (n,)."""
     probs = logp.exp()
