@@ -14,9 +14,11 @@ stored shuffle:
 * **Grouping** (``grouping="template"``): actions sharing a template
   (``info["action_templates"]``, aligned with the legal actions; else the action's
   first word) form a group; a group of one action is that action's own row. More
-  groups than the fan-out are cut into contiguous blocks of groups, and a group with
-  more actions than the fan-out into contiguous blocks of actions, each level as
-  balanced as the fan-out allows. ``grouping="blocks"`` skips the templates: the
+  groups than the fan-out are cut into contiguous blocks of groups; a group with more
+  actions than the fan-out is split by what fills its template's first slot when the
+  template has two or more ("move apple to ... (8 actions)"), else into contiguous
+  blocks of actions ("take apple - take cup (9 actions)"); every menu uses up to the
+  fan-out's rows, the blocks as equal as can be. ``grouping="blocks"`` skips the templates: the
   legal list is cut into contiguous blocks.
 * **Order**: groups and blocks are formed in the legal order (contiguous ranges of
   it); each menu's rows are then displayed in the order of the stored shuffle
@@ -313,10 +315,45 @@ def build_tree_root(
             items.append(members[0])
             heads.append(members[0].text)
         else:
-            children = _blocks(members, [m.text for m in members], fanout, rank)
+            template = key if templates is not None else None
+            children = _group_rows(members, template, fanout, rank)
             items.append(_node(f"{head} {_count(len(members))}", children, rank))
             heads.append(head)
     return _node("", _blocks(items, heads, fanout, rank), rank)
+
+
+def _group_rows(
+    members: list[TreeNode], template: str | None, fanout: int, rank: Sequence[int]
+) -> list[TreeNode]:
+    """The rows of a group: its actions when they fit; else, for a template of two or
+    more slots, sub-groups by what fills the first slot ("move apple to ... (8
+    actions)"); else contiguous blocks."""
+    slots = _SLOT.findall(template) if template and len(members) > fanout else []
+    if len(slots) >= 2:
+        parts = _SLOT.split(template)  # type: ignore[arg-type]
+        pattern = re.compile("(.+?)".join(re.escape(part) for part in parts))
+        fills = [pattern.fullmatch(m.text) for m in members]
+        subs: dict[str, list[TreeNode]] = {}
+        for member, fill in zip(members, fills):
+            if fill is None:
+                break
+            subs.setdefault(fill.group(1), []).append(member)
+        else:
+            if 1 < len(subs) < len(members):
+                items: list[TreeNode] = []
+                heads: list[str] = []
+                for filler, group in subs.items():
+                    named = _SLOT.sub(lambda _, f=filler: f, template, count=1)  # type: ignore[arg-type,misc]
+                    head = _SLOT.sub(PLACEHOLDER, named)
+                    if len(group) == 1:
+                        items.append(group[0])
+                        heads.append(group[0].text)
+                    else:
+                        children = _blocks(group, [m.text for m in group], fanout, rank)
+                        items.append(_node(f"{head} {_count(len(group))}", children, rank))
+                        heads.append(head)
+                return _blocks(items, heads, fanout, rank)
+    return _blocks(members, [m.text for m in members], fanout, rank)
 
 
 def build_label_tree(

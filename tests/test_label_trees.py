@@ -146,6 +146,21 @@ def test_rows_are_grouped_by_template_and_shown_in_shuffle_order():
     assert group_head("take {o} from {c}", True) == "take ... from ..."
 
 
+def test_a_large_group_of_a_two_slot_template_splits_by_its_first_object():
+    objects = ["apple", "ball", "coin"]
+    boxes = ["cup", "jar", "bowl", "tray"]
+    legal = [f"move {o} to {b}" for o in objects for b in boxes] + ["look"]
+    templates = ["move OBJ to OBJ"] * 12 + ["look"]
+    tree = build_label_tree(legal, labels=ALPHABET, templates=templates, fanout=5)
+    assert tree.render().split("\n") == ["A) move ... to ... (12 actions)", "B) look"]
+    assert tree.render_level((0,)).split("\n") == [
+        "A) move apple to ... (4 actions)",
+        "B) move ball to ... (4 actions)",
+        "C) move coin to ... (4 actions)",
+    ]
+    assert tree.action((0, 1, 2)) == "move ball to bowl"
+
+
 def test_afterstates_show_on_actions_only():
     legal = ["open cup", "open jar", "look"]
     tree = build_label_tree(legal, ["cup open", "jar open", "nothing"], labels="A-B")
