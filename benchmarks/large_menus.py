@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)
     device = resolve_device(args.device)
-    model, tokenizer = load_policy_model(args.model)
+    model, tokenizer = load_policy_model(args.model, dtype=getattr(torch, args.dtype))
     model.to(device).eval()
     source = Path(args.states) if args.states else (FIXTURE if FIXTURE.exists() else None)
     if source is not None:
@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> None:
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(
         f"model={args.model} ({type(model).__name__}, {params:.1f}M params, vocab "
-        f"{len(tokenizer)}, context {model.config.max_position_embeddings}) device={device} "
+        f"{len(tokenizer)}, context {model.config.max_position_embeddings}, {model.dtype}) "
+        f"device={device} "
         f"threads={torch.get_num_threads()} states={origin} reps={args.reps} "
         f"labels={len(readout.labels.labels)}"
     )
@@ -271,6 +272,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+        help="parameter dtype of the model",
+    )  # fmt: skip
     parser.add_argument(
         "--scoring-memory-gb", type=float, default=6.0,
         help="skip scoring a state whose repeated prompt cache would exceed this",
