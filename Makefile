@@ -4,7 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format install clean-venv floors install-vllm test-vllm
+.PHONY: demo test lint format install clean-venv floors install-vllm test-vllm java-check java-note
+
+# ScienceWorld and TextWorldExpress run their simulators on Java (envs/jvm.py); pip cannot
+# install it. `make test` needs it (their tests start JVMs); the demo does not, so it notes it.
+JAVA_FOUND := command -v java >/dev/null 2>&1 || { test -n "$$JAVA_HOME" && test -x "$$JAVA_HOME/bin/java"; }
+JAVA_HINT := no Java runtime found: the ScienceWorld and TextWorldExpress envs need Java 8 or newer; \
+on Debian/Ubuntu: apt-get install default-jre-headless (or set JAVA_HOME)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,8 +22,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) java-note
 	$(VENV)/bin/rlid demo
+
+java-check:
+	@$(JAVA_FOUND) || { echo "make: $(JAVA_HINT)" >&2; exit 1; }
+
+java-note:
+	@$(JAVA_FOUND) || echo "note: $(JAVA_HINT) (the demo itself does not need it)" >&2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -29,8 +41,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: lint
-	$(PY) -m pytest -q -n 2 --dist loadfile
+test: java-check lint
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)

@@ -21,7 +21,7 @@ Sources, and where this code departs from them:
   mean per sequence then mean over sequences, k3 KL to a reference policy.
 * Dr. GRPO — Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
   Perspective" (arXiv:2503.20783). No std division in the advantage
-  (``group_advantages(scale="none")``) and a constant normaliser B·max_len
+  (``rlid.advantages.group_relative_advantages(scale="none")``) and a constant normaliser B·max_len
   instead of each sequence's length.
 * DAPO — Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning
   System at Scale" (arXiv:2503.14476). Clip-higher (0.2 / 0.28) and a token
@@ -58,7 +58,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from rlid.names import AdvantageScale, Mismatch, TokenAlgo
+from rlid.names import Mismatch, TokenAlgo
 
 Variant = TokenAlgo  # the loss variants are the token-plane algorithms
 Metrics = dict[str, Tensor]
@@ -456,36 +456,6 @@ def token_policy_loss(
 
 # ---------------------------------------------------------------------------
 # advantages and reward shaping
-
-
-def group_advantages(
-    rewards: Tensor, *, scale: AdvantageScale = "std", eps: float = 1e-6
-) -> Tensor:
-    """Group-relative advantages, rewards (N, G) -> (N, G): N prompts, G samples each.
-
-    ``scale="std"`` (GRPO, DeepSeekMath): (r − mean) / (std + eps) with the
-    unbiased group std. ``scale="none"`` (Dr. GRPO): r − mean, no division,
-    which removes the bias toward low-variance (too easy / too hard) groups.
-    A group of one has no std; it is taken as 0, so its advantage is 0.
-    A group of equal rewards gets exactly 0 (not rounding noise / eps).
-    """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be (N, G), got shape {tuple(rewards.shape)}")
-    if scale not in ("std", "none"):
-        raise ValueError(f"unknown scale {scale!r}; valid: 'std', 'none'")
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
-    centred = rewards - rewards.mean(dim=1, keepdim=True)  # (N, G)
-    # rounding in the mean must not turn an all-equal group into eps-scaled noise
-    all_equal = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)  # (N, 1)
-    centred = torch.where(all_equal, 0.0, centred)
-    if scale == "none":
-        return centred
-    # unbiased variance by hand: torch's std is NaN (with a warning) for G = 1
-    var = centred.pow(2).sum(dim=1, keepdim=True) / max(rewards.shape[1] - 1, 1)
-    scale_by = var.sqrt() + eps
-    # a zero std (eps = 0) only occurs where centred is already exactly 0
-    return centred / torch.where(scale_by > 0, scale_by, 1.0)
 
 
 def nonzero_variance_groups(rewards: Tensor) -> Tensor:

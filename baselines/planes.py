@@ -15,12 +15,14 @@ SCORING = Plane(
     summary="TWOSOME-style action scoring (log-likelihood of each legal action), same PPO",
     policy="baselines.scoring:scoring_policy",
     trainer="rlid.trainer:train",  # decision-level PPO, with the scoring policy
+    config="baselines.config:ScoringConfig",
 )
 TOKEN = Plane(
     name="token",
     summary="free-text commands, the GRPO family (GRPO, Dr. GRPO, DAPO, GSPO, CISPO)",
     policy="baselines.token_policy:make_token_policy",
     trainer="baselines.token_trainer:train_token",
+    config="baselines.config:TokenConfig",
 )
 
 

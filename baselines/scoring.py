@@ -42,12 +42,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from baselines.config import ScoringConfig
 from baselines.engine import completion_logprobs, shared_prompt_logprobs
 from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
 from rlid.budget import Budget, Timers
-from rlid.config import TrainConfig
 from rlid.models import CausalLM
 from rlid.names import ScoreNorm
 from rlid.optim import chunks
@@ -292,7 +292,7 @@ class ScoringPolicy:
 
 
 def scoring_policy(
-    config: TrainConfig,
+    config: ScoringConfig,
     model: Any,
     tokenizer: Any,
     *,

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from baselines.config import TokenConfig
 from baselines.engine import RolloutEngine, TrainerEngine, completion_logprobs, stop_token_ids
 from baselines.parse import parse_action
 from menus import COMMAND_END, Interface, parse_command, render_token_prompt
 from menus.tokens import encode_prompt
 from rlid.budget import Budget, Timers
-from rlid.config import TrainConfig
 from rlid.optim import chunks
 from rlid.policy import ValueHead, fit_to_context
 from rlid.readout import context_limit
@@ -189,7 +189,7 @@ class TokenPolicy:
 
 
 def make_token_policy(
-    config: TrainConfig,
+    config: TokenConfig,
     model: Any,
     tokenizer: Any,
     *,

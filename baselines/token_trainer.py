@@ -8,7 +8,7 @@ the decision trainer (``RunLog``, ``Budget``, ``evaluate``, ``iteration_rngs``,
 
 Multi-step credit (the choice, and why): the G episodes reset with the same seed
 form a group, and *every generated token of an episode* gets that episode's
-group-relative advantage, ``group_advantages`` of the episode returns (std
+group-relative advantage, ``rlid.advantages.group_relative_advantages`` of the episode returns (std
 scaling for grpo / dapo / gspo / cispo, none for dr_grpo; ``adv_scale`` is a
 decision-plane option). This is the episode-level GRPO that the decision plane's
 ``advantage="group"`` uses, so the two planes differ in the probability event
@@ -45,18 +45,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from baselines.config import TokenConfig
 from baselines.engine import completion_logprobs, make_engine
 from baselines.losses import (
     TokenLoss,
     aggregation_normaliser,
-    group_advantages,
     nonzero_variance_groups,
     overlong_penalty,
     token_policy_loss,
 )
 from baselines.token_policy import Generation, TokenPolicy
 from rlid import distributed as dist_
-from rlid.advantages import episode_return
+from rlid.advantages import episode_return, group_relative_advantages
 from rlid.config import TrainConfig
 from rlid.distributed import World
 from rlid.hardware import train_mode_without_dropout
@@ -81,6 +81,13 @@ from rlid.seeds import make_reset_seeds
 from rlid.starts import load_run_model
 
 
+def token_config(ctx: RunContext) -> TokenConfig:
+    """The run's config, a token-plane one (``open_run(plane="token")`` checked it)."""
+    if not isinstance(ctx.config, TokenConfig):
+        raise TypeError(f"the token trainer needs a TokenConfig, got {type(ctx.config).__name__}")
+    return ctx.config
+
+
 @dataclass
 class TokenRollout:
     """One iteration's episodes: all generated, and those the update uses."""
@@ -91,7 +98,7 @@ class TokenRollout:
 
 
 def round_reset_seeds(
-    config: TrainConfig, iteration: int, round_: int
+    config: TokenConfig, iteration: int, round_: int
 ) -> tuple[list[int], list[int]]:
     """Round 0 plays ``make_reset_seeds``; each DAPO re-sampling round new games.
 
@@ -106,7 +113,7 @@ def round_reset_seeds(
     return seeds, [g + round_ * config.groups_per_iter for g in groups]
 
 
-def shaped_return(episode: Episode, config: TrainConfig) -> float:
+def shaped_return(episode: Episode, config: TokenConfig) -> float:
     """Discounted env return + ``invalid_penalty`` per unparsed command + overlong shaping."""
     ret = episode_return(episode.rewards, config.gamma) + config.invalid_penalty * sum(
         not g.valid for g in episode.decisions
@@ -119,7 +126,7 @@ def shaped_return(episode: Episode, config: TrainConfig) -> float:
 
 
 def group_returns(
-    episodes: list[Episode], config: TrainConfig
+    episodes: list[Episode], config: TokenConfig
 ) -> tuple[list[list[Episode]], Tensor]:
     """Episodes grouped by group id (first-seen order) and their shaped returns (N, G)."""
     by_group: dict[int, list[Episode]] = {}
@@ -151,7 +158,7 @@ def rollout(ctx: RunContext, policy: TokenPolicy, env_list: Any, iteration: int)
     Each rank plays its share of the groups (``play_groups``); the kept count that
     ends DAPO's re-sampling is the global one, so every rank plays the same rounds.
     """
-    config, world = ctx.config, ctx.world
+    config, world = token_config(ctx), ctx.world
     dynamic = config.algo == "dapo"
     generated: list[Episode] = []
     kept: list[Episode] = []
@@ -178,14 +185,16 @@ def rollout(ctx: RunContext, policy: TokenPolicy, env_list: Any, iteration: int)
 
 
 def token_advantages(
-    episodes: list[Episode], config: TrainConfig
+    episodes: list[Episode], config: TokenConfig
 ) -> tuple[list[Generation], Tensor]:
     """Flatten episodes into completions with the episode's group advantage (N,)."""
     if not episodes:
         return [], torch.zeros(0)
-    grouped, returns = group_returns(episodes, config)
+    grouped, returns = group_returns(episodes, config)  # (groups, G)
     scale: AdvantageScale = "none" if config.algo == "dr_grpo" else "std"
-    adv = group_advantages(returns, scale=scale)  # (groups, G)
+    group_ids = torch.arange(returns.shape[0]).repeat_interleave(returns.shape[1])
+    # the decision plane's function: one group-advantage definition for both planes
+    adv = group_relative_advantages(returns.flatten(), group_ids, scale=scale).view_as(returns)
     completions: list[Generation] = []
     per_completion: list[float] = []
     for g, group in enumerate(grouped):
@@ -289,7 +298,7 @@ def token_update(
     of its completions, or on ``batch.filler`` when it holds none. ``stepper`` steps
     the parameters of ``model`` (the wrapped one inside ``ctx.parallel``'s update block).
     """
-    config, world, budget, timers = ctx.config, ctx.world, ctx.budget, ctx.timers
+    config, world, budget, timers = token_config(ctx), ctx.world, ctx.budget, ctx.timers
     completions, advantages, owner = batch.completions, batch.advantages, batch.owner
     parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
     held = owner >= 0
@@ -369,7 +378,7 @@ def _token_micro_step(
 ) -> dict[str, float]:
     """Forward + backward of one micro-batch, divided by the minibatch's ``normaliser``
     (``weight=0``: a filler step, a zero loss backpropagated)."""
-    config, budget, timers = ctx.config, ctx.budget, ctx.timers
+    config, budget, timers = token_config(ctx), ctx.budget, ctx.timers
     prompts, outputs = [g.prompt_ids for g in batch], [g.completion_ids for g in batch]
     temperature = batch_temperature(batch)
     with timers.time("forward"):
@@ -436,7 +445,7 @@ def batch_temperature(batch: Sequence[Generation]) -> float:
 
 
 def sample_stats(
-    result: TokenRollout, config: TrainConfig, world: World = dist_.SINGLE
+    result: TokenRollout, config: TokenConfig, world: World = dist_.SINGLE
 ) -> dict[str, float]:
     """Generated vs used samples, parse and stop rates of one iteration's rollout (all ranks)."""
     generated = [g for e in result.generated for g in e.decisions]
@@ -473,7 +482,7 @@ def train_token(
 ) -> RunLog:
     """Train the free-text policy with the GRPO family; everything lands in ``out``."""
     ctx = open_run(config, out, resume=resume, plane="token")
-    config, world, log = ctx.config, ctx.world, ctx.log
+    config, world, log = token_config(ctx), ctx.world, ctx.log
 
     model, tokenizer = load_run_model(config, log)
     model, precision, scaler = setup_hardware(config, model)

@@ -1,4 +1,5 @@
-"""CLI start-up: CPU seconds of ``rlid --help``, ``rlid envs``, ``rlid envs -v``.
+"""CLI start-up: CPU seconds of ``rlid --help``, ``rlid envs``, ``rlid envs -v`` and
+every ``rlid COMMAND --help``.
 
 Each command runs in a fresh interpreter ``--reps`` times; the CPU time (user +
 system of the child, from ``resource.getrusage``) and wall time are reported as
@@ -20,7 +21,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = (["--help"], ["envs"], ["envs", "-v"])
+COMMANDS = (
+    ["--help"], ["envs"], ["envs", "-v"],
+    *([name, "--help"] for name in (
+        "envs", "play", "pretrain", "train", "eval", "audit", "compare", "demo", "export",
+    )),
+)  # fmt: skip
 PROBE = (
     "import sys, runpy; sys.argv = ['rlid', *sys.argv[1:]]\n"
     "try:\n    runpy.run_module('rlid', run_name='__main__')\n"

@@ -14,13 +14,13 @@ and ``afterstates=True``, play the same random action sequence in lockstep; only
 Paired, alternating timing and medians keep a shared machine's load out of the
 difference as far as possible.
 
-With ``--env-workers W`` a second table follows: ``--envs N`` envs of each id (afterstates
-on, a game per reset seed as in training) stepped in lockstep in this process and then
-in ``W`` worker processes (``rlid.env_workers``), the same games and random actions:
-median milliseconds per lockstep step of all N envs, and the speed-up.
+With ``--env-workers N`` a second table follows: a batch of ``--batch`` envs (default
+N) stepped in lockstep in this process and in N worker processes
+(``rlid.env_workers``), side by side (alternating rounds, medians), in env steps per
+second: where env steps are slow (ScienceWorld, JVM-backed) workers should pay.
 
     python benchmarks/env_throughput.py [--steps 300] [--rounds 3] [--only tw-simple]
-        [--env-workers 2 --envs 8]
+    python benchmarks/env_throughput.py --only scienceworld twx-coin --steps 40 --env-workers 2
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ SMALL_OPTIONS: dict[str, dict[str, Any]] = {
     "tw-cooking": {"recipe": 2, "take": 1, "go": 6, "open": True, "cook": True, "cut": True},
     "tw-custom": {"world_size": 3, "nb_objects": 6, "quest_length": 3},
     "babyai-text": {"level": "MixedTrainLocal"},
+    "scienceworld": {"task": "find-plant", "walkthrough": False},
+    "twx-cookingworld": {"numLocations": 3, "numIngredients": 2, "numDistractorItems": 2},
+    "twx-coin": {"numLocations": 4, "includeDoors": False},
+    "twx-twc": {"numLocations": 1, "numItemsToPutAway": 2},
+    "twx-mapreader": {"numLocations": 8, "maxDistanceApart": 3},
+    "twx-simonsays": {"gameLength": 3},
 }
 
 
@@ -124,39 +130,55 @@ def measure(env_id: str, steps: int, rounds: int) -> dict[str, float | None]:
     }
 
 
-def lockstep_ms(batch: Any, count: int, steps: int, seed: int) -> float:
-    """Median milliseconds per lockstep step of ``count`` envs (finished ones are reset,
-    untimed, with the reset seed they started with)."""
-    rng = np.random.default_rng(seed)
-    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=count)]
-    indices = list(range(count))
-    infos = [info for _, info in batch.reset_many(indices, seeds)]
-    times = []
-    for _ in range(steps):
-        actions = [x["legal_actions"][int(rng.integers(len(x["legal_actions"])))] for x in infos]
-        start = time.perf_counter()
-        results = batch.step_many(indices, actions)
-        times.append(time.perf_counter() - start)
-        infos = [r[4] for r in results]
-        ended = [i for i, r in enumerate(results) if r[2] or r[3]]
-        for i, (_, info) in zip(ended, batch.reset_many(ended, [seeds[i] for i in ended])):
-            infos[i] = info
-    return 1e3 * float(np.median(times))
-
-
-def measure_workers(env_id: str, count: int, workers: int, steps: int) -> tuple[float, float]:
-    """``(in-process ms, worker ms)`` per lockstep step of ``count`` envs of ``env_id``."""
+def batched_steps_per_second(
+    env_id: str, options: dict[str, Any], count: int, workers: int, steps: int, seed: int
+) -> float:
+    """Env steps per second of ``count`` envs stepped in lockstep through random games,
+    in this process (``workers=0``) or in ``workers`` worker processes; resets untimed."""
     from rlid.env_workers import InProcessEnvs, WorkerEnvs
 
-    options = {**options_for(env_id), "split": "train", "max_episode_steps": 100}
-    options.pop("game_seed", None)  # a game per reset seed, as in training
-    in_process = InProcessEnvs([envs.make(env_id, **options) for _ in range(count)])
-    lockstep_ms(in_process, count, 2, seed=1)  # generate / cache the games first
-    local = lockstep_ms(in_process, count, steps, seed=0)
-    with WorkerEnvs(env_id, options, count, workers=workers) as pool:
-        lockstep_ms(pool, count, 2, seed=1)
-        pooled = lockstep_ms(pool, count, steps, seed=0)
-    return local, pooled
+    pool: Any = (
+        WorkerEnvs(env_id, options, count, workers)
+        if workers
+        else InProcessEnvs([envs.make(env_id, **options) for _ in range(count)])
+    )
+    rng = np.random.default_rng(seed)
+    indices = list(range(count))
+    infos = [info for _, info in pool.reset_many(indices, [seed + i for i in indices])]
+    elapsed, done_steps = 0.0, 0
+    try:
+        for _ in range(steps):
+            actions = [
+                i["legal_actions"][int(rng.integers(len(i["legal_actions"])))] for i in infos
+            ]
+            start = time.perf_counter()
+            results = pool.step_many(indices, actions)
+            elapsed += time.perf_counter() - start
+            done_steps += count
+            infos = [r[4] for r in results]
+            for k, (_, _, terminated, truncated, _) in enumerate(results):
+                if terminated or truncated:
+                    infos[k] = pool.reset_many([k], [int(rng.integers(1 << 30))])[0][1]
+    finally:
+        if workers:
+            pool.close()
+        else:
+            for env in pool.envs:
+                env.close()
+    return done_steps / elapsed
+
+
+def measure_workers(
+    env_id: str, count: int, workers: int, steps: int, rounds: int
+) -> tuple[float, float]:
+    """Median env steps/s in-process and in workers, over alternating rounds."""
+    options = {**options_for(env_id), "max_episode_steps": 100}
+    options.pop("game_seed", None)  # a pool of games, as training plays
+    local, pooled = [], []
+    for r in range(rounds):
+        local.append(batched_steps_per_second(env_id, options, count, 0, steps, seed=r))
+        pooled.append(batched_steps_per_second(env_id, options, count, workers, steps, seed=r))
+    return float(np.median(local)), float(np.median(pooled))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,9 +187,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="games played (seeds 0..rounds-1)")
     parser.add_argument("--only", nargs="*", default=None, help="env ids to measure")
     parser.add_argument(
-        "--env-workers", type=int, default=0, help="also step --envs envs in this many workers"
-    )
-    parser.add_argument("--envs", type=int, default=8, help="envs per lockstep step (workers)")
+        "--env-workers", type=int, default=0,
+        help="also step a batch of envs in this process and in this many worker processes",
+    )  # fmt: skip
+    parser.add_argument("--batch", type=int, default=None, help="envs in that batch (default N)")
     args = parser.parse_args(argv)
     header = (
         f"{'env id':<20} {'steps/s':>9} {'steps/s+as':>10} {'rows':>6} "
@@ -184,14 +207,20 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     if args.env_workers > 0:
-        print(f"\nlockstep step of {args.envs} envs (afterstates on), median ms:")
-        print(
-            f"{'env id':<20} {'in process':>10} {f'{args.env_workers} workers':>10} {'speed-up':>9}"
+        count = args.batch or args.env_workers
+        head = (
+            f"\n{'env id':<20} {'envs':>5} {'in-process steps/s':>19} "
+            f"{f'{args.env_workers} workers steps/s':>19} {'speed-up':>9}"
         )
+        print(head)
+        print("-" * len(head.strip()))
         for env_id in args.only or envs.list_envs():
-            local, pooled = measure_workers(env_id, args.envs, args.env_workers, args.steps)
+            local, pooled = measure_workers(
+                env_id, count, args.env_workers, args.steps, args.rounds
+            )
             print(
-                f"{env_id:<20} {local:>10.2f} {pooled:>10.2f} {local / pooled:>8.2f}x", flush=True
+                f"{env_id:<20} {count:>5} {local:>19.1f} {pooled:>19.1f} {pooled / local:>8.2f}x",
+                flush=True,
             )
 
 

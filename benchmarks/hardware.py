@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 import envs
-from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.env_workers import InProcessEnvs, WorkerEnvs
 from rlid.hardware import (
@@ -38,11 +37,13 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
+from rlid.loop import RunContext
 from rlid.models import build_model_from_config, model_config
+from rlid.optim import Stepper
 from rlid.policy import DecisionPolicy
 from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
-from rlid.trainer import ppo_update
+from rlid.trainer import DecisionBatch, ppo_update
 
 
 def _sibling(name: str) -> Any:
@@ -151,22 +152,11 @@ def _bench_setting(
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     out: dict[str, float] = {}
 
+    batch = DecisionBatch(decisions, advantages, torch.zeros(args.batch))
+    stepper = Stepper(optimizer, params, config.max_grad_norm, precision.grad_scaler())
+
     def update() -> None:
-        out.update(
-            ppo_update(
-                policy,
-                decisions,
-                advantages,
-                torch.zeros(args.batch),
-                config=config,
-                optimizer=optimizer,
-                params=params,
-                rng=np.random.default_rng(0),
-                budget=Budget(),
-                timers=Timers(),
-                scaler=precision.grad_scaler(),
-            )  # fmt: skip
-        )
+        out.update(ppo_update(RunContext(config), policy, batch, stepper, np.random.default_rng(0)))
 
     update()  # warm-up (allocator, optimizer state)
     times = []

@@ -255,9 +255,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         "\n| K | levels | prompt tok (menu / list) | readout ms | scoring ms | generate ms "
         "| new tok | scoring / readout | generate / readout | readout MiB | scoring MiB "
-        "| generate MiB | update: readout ms | update: scoring ms |"
+        "| generate MiB | update: readout ms | update: scoring ms | scoring est. GiB |"
     )
-    print("|" + "---|" * 14)
+    print("|" + "---|" * 15)
     for target in args.buckets:
         bucket = [r for r in rows if r["target"] == target]
         r, s, g = (mean(bucket, f"ms_{m}") for m in METHODS)
@@ -269,7 +269,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"{cell(None if g is None or r is None else g / r, '.1f')} | "
             f"{cell(mean(bucket, 'mib_readout'), '.1f')} | {cell(mean(bucket, 'mib_scoring'), '.1f')} | "
             f"{cell(mean(bucket, 'mib_generate'), '.1f')} | {cell(mean(bucket, 'ms_u_readout'))} | "
-            f"{cell(mean(bucket, 'ms_u_scoring'))} |"
+            f"{cell(mean(bucket, 'ms_u_scoring'))} | {mean(bucket, 'scoring_gb'):.2f} |"
         )
 
 

@@ -20,7 +20,8 @@ import time
 import torch
 
 from rlid.models import build_tiny_model
-from rlid.pretrain import PretrainConfig, batch_backward, length_pieces, training_sequences
+from rlid.pretrain import PretrainConfig, training_sequences
+from rlid.pretrain.lm import batch_backward, length_pieces
 from rlid.tokenizer import build_tiny_tokenizer
 
 

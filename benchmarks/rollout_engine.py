@@ -48,8 +48,9 @@ import torch
 
 from baselines.engine import TrainerEngine, completion_logprobs, shared_prompt_logprobs
 from rlid.engines import VLLMEngine, VLLMOptions, decision_probe
-from rlid.models import build_model_from_config, load_policy_model, model_config
+from rlid.models import build_model_from_config, model_config
 from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 LABELS = [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [

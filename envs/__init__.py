@@ -1,4 +1,5 @@
-"""Gymnasium text-game environments: TextWorld challenges and fast built-in games.
+"""Gymnasium text-game environments: TextWorld challenges, fast built-in games, and the
+Java-backed benchmarks ScienceWorld and TextWorldExpress.
 
     >>> import envs
     >>> envs.list_envs()  # doctest: +ELLIPSIS
@@ -21,7 +22,9 @@ from envs.base import TextGameEnv
 from envs.gym_ids import gym_id
 from envs.outcome import Outcome, best_rows, read_outcome
 from envs.registry import SPLITS, EnvSpec, Option, get_spec, gym_ids, list_envs, make, register
+from envs.scienceworld import specs as _sw_specs  # noqa: F401  (registers scienceworld; lazy JVM)
 from envs.textworld import specs as _tw_specs  # noqa: F401  (registers tw-*; lazy textworld)
+from envs.twx import specs as _twx_specs  # noqa: F401  (registers twx-*; lazy JVM)
 
 __all__ = [
     "SPLITS",

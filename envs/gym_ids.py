@@ -33,6 +33,15 @@ GYM_NAMES: dict[str, tuple[str, int]] = {
     "tw-custom": ("TextWorld-Custom", 0),
     "tw-file": ("TextWorld-File", 0),
     "babyai-text": ("BabyAIText", 0),
+    "scienceworld": ("ScienceWorld", 0),
+    "twx-cookingworld": ("TextWorldExpress-CookingWorld", 0),
+    "twx-twc": ("TextWorldExpress-TWC", 0),
+    "twx-coin": ("TextWorldExpress-Coin", 0),
+    "twx-mapreader": ("TextWorldExpress-MapReader", 0),
+    "twx-arithmetic": ("TextWorldExpress-Arithmetic", 0),
+    "twx-sorting": ("TextWorldExpress-Sorting", 0),
+    "twx-simonsays": ("TextWorldExpress-SimonSays", 0),
+    "twx-peckingorder": ("TextWorldExpress-PeckingOrder", 0),
 }
 
 

@@ -147,7 +147,10 @@ def get_spec(env_id: str) -> EnvSpec:
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a str, got {type(env_id).__name__}")
     if env_id not in _REGISTRY:
-        raise ValueError(f"unknown env id {env_id!r}; valid ids: {', '.join(list_envs())}")
+        shown = (
+            repr(env_id) if len(env_id) <= 80 else f"{env_id[:60]!r}... ({len(env_id)} characters)"
+        )
+        raise ValueError(f"unknown env id {shown}; valid ids: {', '.join(list_envs())}")
     return _REGISTRY[env_id]
 
 

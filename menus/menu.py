@@ -48,12 +48,15 @@ class MenuRow:
     action: str
     """The exact legal action text passed to ``env.step``."""
     afterstate: str | None = None
-    """One-line predicted outcome of the action, or ``None`` when not available."""
+    """One-line predicted outcome of the action, or ``None`` when not available. The
+    empty string is an afterstate that says nothing (envs that cannot predict outcomes,
+    e.g. ScienceWorld, give those) and is not shown."""
 
     def render(self, afterstate: bool = True) -> str:
-        """``"A) go east -> you will be in the studio"`` (arrow part only with an afterstate)."""
+        """``"A) go east -> you will be in the studio"`` (arrow part only with a non-empty
+        afterstate)."""
         line = f"{self.label}) {self.action}"
-        if afterstate and self.afterstate is not None:
+        if afterstate and self.afterstate:
             line += AFTERSTATE_ARROW + self.afterstate
         return line
 

@@ -287,7 +287,7 @@ def render_token_prompt(
             texts = [row.text for row in rows]
         for i, text in zip(shown, texts):
             line = TOKEN_PLANE_BULLET + text
-            if shown_afterstates is not None and i >= 0:
+            if shown_afterstates is not None and i >= 0 and shown_afterstates[i]:  # "": nothing
                 line += AFTERSTATE_ARROW + shown_afterstates[i]
             lines.append(line)
     lines.append(COMMAND_CUE)

@@ -110,6 +110,8 @@ class LabelTree:
     """How the upper levels were grouped (see the module docstring)."""
     fanout: int = 0
     """Most rows of one menu."""
+    templates: tuple[str, ...] | None = None
+    """Each legal action's template (the grouping's input), or ``None``."""
     _leaves: dict[int, tuple[int, ...]] = field(
         init=False, default_factory=dict, compare=False, repr=False
     )
@@ -222,6 +224,15 @@ class LabelTree:
             memory=self.memory,
         )
 
+    def narrower(self, fanout: int) -> LabelTree:
+        """The same actions, shuffle and grouping with at most ``fanout`` rows per menu:
+        more levels, shorter menus (what a long path needs to fit a model's context)."""
+        return build_label_tree(
+            self.legal_actions, self.afterstates, self.memory, labels=self.labels,  # type: ignore[arg-type]
+            templates=self.templates, permutation=self.permutation, fanout=fanout,
+            grouping=self.grouping,
+        )  # fmt: skip
+
     def _afterstate(self, node: TreeNode) -> str | None:
         if not node.is_leaf or self.afterstates is None:
             return None
@@ -256,7 +267,11 @@ def _node(text: str, children: list[TreeNode], rank: Sequence[int]) -> TreeNode:
 def _block_text(items: list[TreeNode], heads: list[str]) -> str:
     size = sum(item.size for item in items)
     if all(item.is_leaf for item in items):  # a range of the legal order
-        return f"{items[0].text} - {items[-1].text} {_count(size)}"
+        first, last = items[0].text.split(), items[-1].text.split()
+        shared = 0  # the last action without the words it shares with the first
+        while shared < min(len(first), len(last)) - 1 and first[shared] == last[shared]:
+            shared += 1
+        return f"{items[0].text} - {' '.join(last[shared:])} {_count(size)}"
     shown = heads[:_MAX_HEADS] + ([PLACEHOLDER] if len(heads) > _MAX_HEADS else [])
     return f"{', '.join(shown)} {_count(size)}"
 
@@ -305,8 +320,8 @@ def build_tree_root(
             key = group_key(leaf.text, None if templates is None else templates[leaf.first])
             groups.setdefault(key, []).append(leaf)
     if len(groups) <= 1:  # no grouping, or every action shares one template
-        rows = _blocks(leaves, [leaf.text for leaf in leaves], fanout, rank)
-        return _node("", rows, rank)
+        template = next(iter(groups)) if groups and templates is not None else None
+        return _node("", _group_rows(leaves, template, fanout, rank), rank)
     items: list[TreeNode] = []
     heads: list[str] = []
     for key, members in groups.items():
@@ -330,30 +345,57 @@ def _group_rows(
     actions)"); else contiguous blocks."""
     slots = _SLOT.findall(template) if template and len(members) > fanout else []
     if len(slots) >= 2:
-        parts = _SLOT.split(template)  # type: ignore[arg-type]
-        pattern = re.compile("(.+?)".join(re.escape(part) for part in parts))
-        fills = [pattern.fullmatch(m.text) for m in members]
+        fillers = _first_fillers([m.text for m in members], template)  # type: ignore[arg-type]
         subs: dict[str, list[TreeNode]] = {}
-        for member, fill in zip(members, fills):
-            if fill is None:
-                break
-            subs.setdefault(fill.group(1), []).append(member)
-        else:
-            if 1 < len(subs) < len(members):
-                items: list[TreeNode] = []
-                heads: list[str] = []
-                for filler, group in subs.items():
-                    named = _SLOT.sub(lambda _, f=filler: f, template, count=1)  # type: ignore[arg-type,misc]
-                    head = _SLOT.sub(PLACEHOLDER, named)
-                    if len(group) == 1:
-                        items.append(group[0])
-                        heads.append(group[0].text)
-                    else:
-                        children = _blocks(group, [m.text for m in group], fanout, rank)
-                        items.append(_node(f"{head} {_count(len(group))}", children, rank))
-                        heads.append(head)
-                return _blocks(items, heads, fanout, rank)
+        for member, filler in zip(members, fillers):
+            subs.setdefault(filler, []).append(member)
+        if fillers and 1 < len(subs) < len(members):
+            items: list[TreeNode] = []
+            heads: list[str] = []
+            for filler, group in subs.items():
+                named = _SLOT.sub(lambda _, f=filler: f, template, count=1)  # type: ignore[arg-type,misc]
+                head = _SLOT.sub(PLACEHOLDER, named)
+                if len(group) == 1:
+                    items.append(group[0])
+                    heads.append(group[0].text)
+                else:
+                    children = _blocks(group, [m.text for m in group], fanout, rank)
+                    items.append(_node(f"{head} {_count(len(group))}", children, rank))
+                    heads.append(head)
+            return _blocks(items, heads, fanout, rank)
     return _blocks(members, [m.text for m in members], fanout, rank)
+
+
+def _first_fillers(actions: list[str], template: str) -> list[str]:
+    """What fills ``template``'s first slot in each action ([] if some action does not
+    match it). Object names may hold the template's own words ("connect door to kitchen
+    to wire" under "connect OBJ to OBJ"), so of an action's readings the longest that
+    names an object is kept: a text some action of the group has in its last slot
+    (when the template ends with one); else the shortest reading."""
+    parts = _SLOT.split(template)
+    rest = re.compile("(.+?)".join(re.escape(part) for part in parts[1:]))
+    readings: list[list[str]] = []
+    objects: set[str] = set()
+    for action in actions:
+        if not action.startswith(parts[0]) or not action.endswith(parts[-1]):
+            return []
+        body = action[len(parts[0]) :]
+        found = [
+            body[:cut]
+            for cut in range(1, len(body))
+            if body.startswith(parts[1], cut) and rest.fullmatch(body[cut:])
+        ]
+        if not found:
+            return []
+        readings.append(found)
+        if parts[-1] == "":  # every text after the last separator may be an object
+            sep = parts[-2]
+            objects.update(
+                action[i + len(sep) :] for i in range(len(action)) if action.startswith(sep, i)
+            )
+    return [
+        max((f for f in found if f in objects), key=len, default=found[0]) for found in readings
+    ]
 
 
 def build_label_tree(
@@ -420,6 +462,7 @@ def build_label_tree(
         memory=memory,
         grouping=grouping,
         fanout=fanout,
+        templates=None if templates is None else tuple(templates),
     )
 
 

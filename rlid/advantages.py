@@ -155,9 +155,10 @@ def group_relative_advantages(
     Episodes with the same group id (same game, same seed) form a group; the
     advantage is return − group mean, divided by (unbiased group std + eps)
     when ``scale="std"`` (GRPO) and not divided when ``scale="none"``
-    (Dr. GRPO). This is the decision-plane counterpart of
-    ``baselines.losses.group_advantages``, for groups of any sizes and order.
-    Singleton groups and groups of equal returns get exactly 0, never NaN.
+    (Dr. GRPO). Both planes use it: the decision and scoring planes over episodes
+    (and decisions, for step-level groups), the token plane over episodes too (its
+    (N, G) grid flattened), for groups of any sizes and order. Singleton groups and
+    groups of equal returns get exactly 0, never NaN.
 
     Args:
         returns: (E,) one return per episode.

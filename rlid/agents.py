@@ -37,6 +37,7 @@ from rlid.card import model_card
 from rlid.config import TrainConfig
 from rlid.evaluate import evaluate, follow_walkthroughs, write_episodes
 from rlid.hardware import Precision
+from rlid.limits import check_machine_limits
 from rlid.lora import attach_adapters
 from rlid.models import own_memory
 from rlid.planes import get_plane
@@ -44,6 +45,7 @@ from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode
 from rlid.runs import dir as rundir
 from rlid.runs.files import resolve_link, staged_dir
+from rlid.runs.history import checkpointed_rows
 from rlid.runs.log import RunLog, check_checkpoint, read_run_config
 from rlid.starts import base_model_path, load_dtype, load_policy_model, load_run_model
 
@@ -115,7 +117,7 @@ def evaluate_run(run: Path, request: EvalRequest = EvalRequest()) -> dict[str, A
     ckpt = Path(run) / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to evaluate")
-    check_checkpoint(ckpt, config)
+    check_checkpoint(ckpt, config, action="evaluate")
     log = RunLog(Path(run), config, resuming=True)
     _set_threads(config)
     model, tokenizer = load_run_model(config, log)
@@ -143,6 +145,7 @@ def evaluate_model(config: TrainConfig, request: EvalRequest = EvalRequest()) ->
 
 
 def _set_threads(config: TrainConfig) -> None:
+    check_machine_limits(config)  # e.g. a run recorded with more threads than cores here
     if config.threads is not None:  # unset: torch's default (OMP_NUM_THREADS)
         torch.set_num_threads(config.threads)
 
@@ -189,7 +192,7 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     ckpt = run / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to export")
-    check_checkpoint(ckpt, config)
+    check_checkpoint(ckpt, config, action="export")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} already holds files; choose a new export directory")
     log = RunLog(run, config, resuming=True)
@@ -224,9 +227,11 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
             "train_config": config.to_dict(),
         }
         rundir.write_json(tmp / "interface.json", interface)
-        evals = rundir.read_json(run / "eval.json") if (run / "eval.json").exists() else {}
+        evals = (
+            rundir.read_json(run / "eval.json", sealed=True) if (run / "eval.json").exists() else {}
+        )
         rundir.atomic_write_text(
-            tmp / "README.md", model_card(config, evals, rundir.read_metrics(run), interface)
+            tmp / "README.md", model_card(config, evals, checkpointed_rows(run, ckpt), interface)
         )
     return out
 
@@ -265,7 +270,7 @@ def load_exported_model(path: Path, *, dtype: torch.dtype = torch.float32) -> tu
 
 
 def _tokenizer(path: Path) -> Any:
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

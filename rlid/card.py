@@ -22,9 +22,11 @@ def _wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def _algorithm(config: TrainConfig) -> str:
     if config.plane == "token":
-        return f"{config.algo} (token plane), mismatch correction {config.mismatch}"
+        algo, mismatch = getattr(config, "algo", "?"), getattr(config, "mismatch", "?")
+        return f"{algo} (token plane), mismatch correction {mismatch}"
     adv = "critic-free group-relative" if config.advantage == "group" else "GAE with a value head"
-    scoring = f", action scoring ({config.norm}-normalised)" if config.plane == "scoring" else ""
+    norm = getattr(config, "norm", "?")
+    scoring = f", action scoring ({norm}-normalised)" if config.plane == "scoring" else ""
     return f"decision-level PPO, {adv} advantages{scoring}"
 
 

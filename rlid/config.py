@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import math
 import re
 import tomllib
@@ -23,25 +22,24 @@ from typing import Any, Literal, get_args
 from envs.registry import parse_option_strings
 from menus import Interface
 from rlid.budget import BudgetCurrency
-from rlid.flags import add_dataclass_arguments, flag_name
+from rlid.flags import add_dataclass_arguments, add_env_option_argument, flag_name
 from rlid.flags import given_values as flags_given
+from rlid.limits import INT64, check_bounds
 from rlid.names import (
     AdvantageKind,
     AdvantageScale,
-    EngineName,
     EpisodeWeight,
-    Mismatch,
     MixedPrecision,
     ParallelName,
     PlaneName,
-    ScoreNorm,
-    TokenAlgo,
     WeightDtype,
     parse_report_to,
 )
+from rlid.planes import get_plane, plane_names
 
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
+def option(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with its help text (one CLI flag per field, rlid.flags)."""
     return field(default=default, metadata={"help": help, **kw})
 
 
@@ -50,112 +48,114 @@ class TrainConfig:
     """Everything a training run needs; see each field's help (``rlid train --help``)."""
 
     # --- what to train, where -------------------------------------------------------
-    plane: PlaneName = _f("decision", "decision (menu readout), token (free text) or scoring")
-    env: str = _f("keydoor", "env id (see `rlid envs`)")
+    plane: PlaneName = option("decision", "decision (menu readout), token (free text) or scoring")
+    env: str = option("keydoor", "env id (see `rlid envs`)")
     env_options: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "env options, e.g. {size = 3}; CLI: --env-option k=v (repeatable)"},
     )
-    model: str = _f(
+    model: str = option(
         "tiny",
         "'tiny' (the embedded default, warm-started; built once and cached on first use), "
         "'tiny-random' (its random initialisation) or a local Hugging Face model directory",
     )
-    steps: int = _f(
+    steps: int = option(
         2000,
         "budget in budget_currency units (env steps by default): training stops at the "
         "first iteration that reaches it",
     )
-    budget_currency: BudgetCurrency = _f(
+    budget_currency: BudgetCurrency = option(
         "env_steps",
         "currency of the steps budget (a rlid.budget counter; wall_time in seconds of "
         "training iterations)",
     )
-    seed: int = _f(0, "seed for model init, rollouts, shuffling and games")
-    threads: int | None = _f(
+    seed: int = option(0, "seed for model init, rollouts, shuffling and games")
+    threads: int | None = option(
         None,
         "torch CPU threads (torch.set_num_threads); unset: torch's own default, which "
         "respects OMP_NUM_THREADS",
     )
 
     # --- hardware (rlid.hardware) -------------------------------------------------------
-    device: str = _f(
+    device: str = option(
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N: where the model runs"
     )
-    dtype: WeightDtype = _f(
+    dtype: WeightDtype = option(
         "float32",
         "storage dtype of the model weights; with mixed_precision the trained parameters stay "
         "float32 (master weights) and dtype applies to frozen ones (LoRA base, KL reference)",
     )
-    mixed_precision: MixedPrecision = _f(
+    mixed_precision: MixedPrecision = option(
         "none",
         "autocast of the model forwards (bf16 or fp16, the latter with a GradScaler); master "
         "weights, optimizer state, losses, menu log-softmax, ratios and advantages stay float32",
     )
-    micro_batch_size: int | None = _f(
+    micro_batch_size: int | None = option(
         None,
         "decisions (or completions) per forward/backward, gradients accumulated up to "
         "minibatch_size with the minibatch's loss normaliser; also chunks rollout forwards "
         "(unset: minibatch_size; the decision and scoring planes act the same either way, "
         "chunked token-plane generation draws its tokens in another order)",
     )
-    gradient_checkpointing: bool = _f(
+    gradient_checkpointing: bool = option(
         False,
         "recompute activations in the backward pass (less memory, more compute); the "
         "model runs in train mode during the update with every dropout at zero",
     )
-    ref_offload: bool = _f(
+    ref_offload: bool = option(
         False, "keep the KL reference model on the CPU and move it to the device per batch"
     )
-    env_workers: int = _f(
+    env_workers: int = option(
         0,
         "worker processes that step and reset the envs (0: in this process); a lockstep step "
         "then costs about the slowest env instead of the sum",
     )
 
     # --- rollouts ---------------------------------------------------------------------
-    groups_per_iter: int = _f(4, "games per iteration; each is played group_size times")
-    group_size: int = _f(
+    groups_per_iter: int = option(4, "games per iteration; each is played group_size times")
+    group_size: int = option(
         4, "episodes per game per iteration (same game, same seed: a group, as in GRPO)"
     )
-    temperature: float = _f(1.0, "sampling temperature of the behaviour policy")
+    temperature: float = option(1.0, "sampling temperature of the behaviour policy")
 
     # --- optimisation (PPO, Schulman et al. 2017; CleanRL ppo.py defaults where sensible) --
-    lr: float = _f(1e-4, "AdamW learning rate (3e-4 and up made the label mass collapse here)")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    epochs: int = _f(2, "passes over each iteration's decisions")
-    minibatch_size: int = _f(32, "decisions per optimizer step")
-    clip_eps: float = _f(0.2, "PPO ratio clip epsilon")
-    ent_coef: float = _f(0.01, "entropy bonus coefficient (exact entropy over the menu)")
-    kl_coef: float = _f(0.0, "KL-to-reference coefficient (exact KL over the menu)")
-    label_mass_coef: float = _f(
+    lr: float = option(1e-4, "AdamW learning rate (3e-4 and up made the label mass collapse here)")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    epochs: int = option(2, "passes over each iteration's decisions")
+    minibatch_size: int = option(32, "decisions per optimizer step")
+    clip_eps: float = option(0.2, "PPO ratio clip epsilon")
+    ent_coef: float = option(0.01, "entropy bonus coefficient (exact entropy over the menu)")
+    kl_coef: float = option(0.0, "KL-to-reference coefficient (exact KL over the menu)")
+    label_mass_coef: float = option(
         0.0,
         "decision plane: penalty -coef * mean log(label mass), keeping the LM's probability "
         "on the legal labels (0: off)",
     )
-    position_coef: float = _f(
+    position_coef: float = option(
         0.0,
         "decision plane: penalty coef * position_bias (unbiased estimate of the KL between "
         "the policy's probability per menu position and that of uniform rows), against a "
         "preference for label positions that shuffled menus never reward; one more no-grad "
         "forward per optimizer step (0: off)",
     )
-    step_group_coef: float = _f(
+    step_group_coef: float = option(
         0.0,
         "group advantages on the decision and scoring planes: add coef x a step-level "
         "group advantage (GiGPO): decisions of one group taken in the same state (same "
         "observation, score and menu) compare their discounted returns-to-go, so a step's "
         "own rewards are credited to it (0: off, the episode advantage alone)",
     )
-    vf_coef: float = _f(0.5, "value-loss coefficient (advantage='gae' only)")
-    advantage: AdvantageKind = _f(
+    vf_coef: float = option(0.5, "value-loss coefficient (advantage='gae' only)")
+    advantage: AdvantageKind = option(
         "group", "group: critic-free group-relative (return - group mean); gae: value head + GAE"
     )
-    adv_scale: AdvantageScale = _f("std", "group advantages divided by the group std (std) or not")
-    gamma: float = _f(
+    adv_scale: AdvantageScale = option(
+        "std", "group advantages divided by the group std (std) or not"
+    )
+    gamma: float = option(
         0.99, "discount: GAE, and the return sum_t gamma^t r_t of group advantages (both planes)"
     )
-    episode_weight: EpisodeWeight = _f(
+    episode_weight: EpisodeWeight = option(
         "auto",
         "group advantages on the decision and scoring planes: 'equal' scales each "
         "decision's advantage by its group's mean length over its episode's length, so "
@@ -166,63 +166,44 @@ class TrainConfig:
         "elsewhere (GAE, and the token plane, which normalises by its --algo). Run records "
         "hold the resolved value",
     )
-    lam: float = _f(0.95, "GAE lambda")
-    max_grad_norm: float = _f(1.0, "gradient-norm clip")
-    lora_rank: int = _f(0, "LoRA rank via peft (0: train all parameters; needs '.[lora]')")
-    lora_alpha: float = _f(16.0, "LoRA alpha (adapter scale alpha / rank)")
-    lora_targets: str = _f("q_proj,k_proj,v_proj,o_proj", "modules that get LoRA adapters")
-    target_kl: float | None = _f(
+    lam: float = option(0.95, "GAE lambda")
+    max_grad_norm: float = option(1.0, "gradient-norm clip")
+    lora_rank: int = option(0, "LoRA rank via peft (0: train all parameters; needs '.[lora]')")
+    lora_alpha: float = option(16.0, "LoRA alpha (adapter scale alpha / rank)")
+    lora_targets: str = option("q_proj,k_proj,v_proj,o_proj", "modules that get LoRA adapters")
+    target_kl: float | None = option(
         None, "stop the epoch loop early when approx KL to the rollout policy exceeds this"
     )
 
-    # --- token plane (baselines) --------------------------------------------------------
-    algo: TokenAlgo = _f("grpo", "token-plane loss: grpo, dr_grpo, dapo, gspo or cispo")
-    mismatch: Mismatch = _f("none", "train-inference correction: none, tis or icepop")
-    rollout_engine: EngineName = _f(
-        "trainer",
-        "token-plane sampler: trainer (same model), perturbed (seeded logit noise) or bf16",
-    )
-    engine_noise: float = _f(0.05, "logit-noise scale of the perturbed rollout engine")
-    max_new_tokens: int = _f(8, "token plane: longest generated command")
-    invalid_penalty: float = _f(0.0, "token plane: reward added when a command does not parse")
-    max_gen_batches: int = _f(3, "DAPO dynamic sampling: most generation rounds per iteration")
-    beta: float = _f(0.0, "token plane: k3 KL-to-reference coefficient")
-    overlong_cache: int = _f(
-        0, "DAPO overlong shaping: penalty ramp over the last N of max_new_tokens (0: off)"
-    )
-
-    # --- scoring plane --------------------------------------------------------------------
-    norm: ScoreNorm = _f("token", "action scoring: sum, token-mean or word-mean log-likelihood")
-
     # --- evaluation and bookkeeping -------------------------------------------------------
-    eval_episodes: int = _f(16, "held-out episodes evaluated before and after training")
-    eval_every: int = _f(0, "also evaluate every N iterations (0: only before and after)")
-    checkpoint_every: int = _f(
+    eval_episodes: int = option(16, "held-out episodes evaluated before and after training")
+    eval_every: int = option(0, "also evaluate every N iterations (0: only before and after)")
+    checkpoint_every: int = option(
         10,
         "write a checkpoint every N iterations (and after the last); a checkpoint is the full "
         "model + optimizer, so large models want a large N",
     )
-    checkpoint_minutes: float = _f(
+    checkpoint_minutes: float = option(
         30.0,
         "also write a checkpoint after an iteration that ends at least this many minutes "
         "(of the run's wall time) after the last one, so a kill loses at most about that "
         "much when iterations are long (0: only every checkpoint_every iterations)",
     )
-    keep_checkpoints: int = _f(
+    keep_checkpoints: int = option(
         1, "checkpoints kept in the run directory (the newest; older ones are deleted)"
     )
-    report_to: tuple[str, ...] = _f(
+    report_to: tuple[str, ...] = option(
         (),
         "experiment trackers fed with every metrics row, comma-separated: tensorboard, "
         "wandb (offline unless WANDB_MODE is set), mlflow (RUN/mlruns), all or none; "
         "see rlid.runs.trackers",
     )
-    dist_timeout: float = _f(
+    dist_timeout: float = option(
         300.0,
         "multi-process runs (torchrun): seconds a collective waits for the other processes "
         "before the run fails with a clear error",
     )
-    parallel: ParallelName = _f(
+    parallel: ParallelName = option(
         "ddp",
         "multi-process runs (torchrun): how the update's model is wrapped; ddp: a full copy "
         "per process, gradients summed by DistributedDataParallel; fsdp: FSDP2 (fully_shard "
@@ -236,11 +217,18 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        hints = _type_hints(TrainConfig)
+        hints = _type_hints(type(self))
         for name, f in self.__dataclass_fields__.items():
             check_field_value(name, hints[name], getattr(self, name), f.default)
+        own = config_class(self.plane)
+        if type(self) is not own:
+            raise ValueError(
+                f"plane={self.plane!r} takes its own config class, {own.__module__}."
+                f"{own.__qualname__} (with that plane's fields), not {type(self).__qualname__}; "
+                "TrainConfig.from_dict(values) builds the right one"
+            )
         positive = ("steps", "groups_per_iter", "group_size", "epochs", "minibatch_size")
-        for name in positive + ("max_new_tokens", "max_gen_batches", "keep_checkpoints"):
+        for name in positive + ("keep_checkpoints",):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("threads", "micro_batch_size"):
@@ -262,16 +250,10 @@ class TrainConfig:
         for name in ("lr", "clip_eps", "max_grad_norm", "temperature", "dist_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("ent_coef", "kl_coef", "vf_coef", "beta", "weight_decay", "engine_noise",
-                     "label_mass_coef", "position_coef", "step_group_coef",
-                     "checkpoint_minutes"):  # fmt: skip
+        for name in ("ent_coef", "kl_coef", "vf_coef", "weight_decay", "label_mass_coef",
+                     "position_coef", "step_group_coef", "checkpoint_minutes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 <= self.overlong_cache <= self.max_new_tokens:
-            raise ValueError(
-                f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], "
-                f"got {self.overlong_cache}"
-            )
         if not (0 < self.gamma <= 1 and 0 <= self.lam <= 1):
             raise ValueError(f"need 0 < gamma <= 1 and 0 <= lam <= 1, got {self.gamma}, {self.lam}")
         if self.advantage == "group" and self.group_size < 2:
@@ -317,6 +299,7 @@ class TrainConfig:
             )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
+        check_bounds(self)  # counts, sizes and scales within what torch can take
         object.__setattr__(self, "report_to", parse_report_to(self.report_to))
 
     @property
@@ -359,29 +342,85 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """The config of the plane ``data["plane"]`` names (its own class: the token
+        plane's adds the GRPO family's fields, ...) from plain values; unknown keys fail
+        naming the plane they belong to, if any."""
         data = dict(data)
-        known = {f.name for f in dataclasses.fields(cls)}
+        own = config_class(str(data.get("plane", cls.__dataclass_fields__["plane"].default)))
+        known = {f.name for f in dataclasses.fields(own)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(
-                f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
-            )
+            raise ValueError(_unknown_keys(unknown, known, str(data.get("plane", "decision"))))
         if "interface" in data and isinstance(data["interface"], dict):
             data["interface"] = Interface.from_dict(data["interface"])
-        return cls(**data)
+        return own(**data)
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> TrainConfig:
         """The config of a record written by :meth:`to_dict` (a run's config.json, an
         export): a field left out there holds the value it was left out at, which is not
         always today's default (``from_dict`` is for configs a user writes)."""
-        return cls.from_dict({**_LEFT_OUT_OF_RECORDS, **dict(data)})
+        data = {**_LEFT_OUT_OF_RECORDS, **dict(data)}
+        own = config_class(str(data.get("plane", "decision")))
+        known = {f.name for f in dataclasses.fields(own)}
+        # records written before the planes had their own configs hold every plane's
+        # fields; another plane's, at its default, says nothing about this run
+        for name in sorted(set(data) - known):
+            default = _other_plane_defaults().get(name, _NO_DEFAULT)
+            if default is not _NO_DEFAULT and data[name] == default:
+                del data[name]
+        return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_NO_DEFAULT = object()
+
+
+def config_class(plane: str) -> type[TrainConfig]:
+    """The config class of ``plane`` (:mod:`rlid.planes`; the decision plane's is
+    :class:`TrainConfig`); an unknown plane fails listing the registered ones."""
+    try:
+        found = get_plane(plane).config_class()
+    except ValueError as err:
+        raise ValueError(f"plane={plane!r}: {err}") from None
+    if not (isinstance(found, type) and issubclass(found, TrainConfig)):
+        raise ValueError(f"plane {plane!r} names {found!r} as its config, not a TrainConfig")
+    return found
+
+
+def plane_config_classes() -> dict[str, type[TrainConfig]]:
+    """Every registered plane's config class, by plane name."""
+    return {name: config_class(name) for name in plane_names()}
+
+
+def _other_plane_defaults() -> dict[str, Any]:
+    """Defaults of the fields that only some planes' configs have."""
+    base = {f.name for f in dataclasses.fields(TrainConfig)}
+    out: dict[str, Any] = {}
+    for cls in plane_config_classes().values():
+        for f in dataclasses.fields(cls):
+            if f.name not in base and f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+    return out
+
+
+def _unknown_keys(unknown: list[str], known: set[str], plane: str) -> str:
+    owners = {
+        name: owner
+        for owner, cls in plane_config_classes().items()
+        for name in (f.name for f in dataclasses.fields(cls))
+        if name not in known
+    }
+    elsewhere = [f"{k} (a {owners[k]}-plane option: plane = {owners[k]!r})" for k in unknown
+                 if k in owners]  # fmt: skip
+    if elsewhere:
+        return f"config key(s) {', '.join(elsewhere)} do not apply to plane = {plane!r}"
+    return f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
+
+
 _RECORDED_WHEN_CHANGED = (
     "budget_currency",
     "label_mass_coef",
@@ -406,9 +445,14 @@ _LEFT_OUT_OF_RECORDS: dict[str, Any] = {"episode_weight": "length"}
 
 
 # -------------------------------------------------------------------------- validation
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """``typing.get_type_hints(cls)``, once per class."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _flag_hint(name: str) -> str:
@@ -442,6 +486,8 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{_flag_hint(name)} must be a whole number, got {value!r}{example}")
+        if not -INT64 <= value < INT64:  # torch and numpy integers have 64 bits
+            raise ValueError(f"{_flag_hint(name)} must fit in 64 bits, got {str(value)[:40]}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{_flag_hint(name)} must be a number, got {value!r}{example}")
@@ -458,19 +504,17 @@ def check_field_value(name: str, hint: Any, value: Any, default: Any = None) -> 
 _SKIP_FLAGS = ("interface", "env_options")
 
 
-def add_env_option_argument(
-    parser: argparse.ArgumentParser, help: str = "env option (repeatable), e.g. -o size=3"
-) -> None:
-    """``--env-option/-o K=V`` (repeatable); parse with ``envs.registry.parse_option_strings``."""
-    parser.add_argument("--env-option", "-o", action="append", default=[], metavar="K=V", help=help)
-
-
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per TrainConfig and Interface field (defaults None: 'not given')."""
     parser.add_argument("--config", type=Path, help="TOML file with config values (flags win)")
     add_env_option_argument(parser)
     group = parser.add_argument_group("training")
     add_dataclass_arguments(group, TrainConfig, skip=_SKIP_FLAGS)
+    base = tuple(f.name for f in dataclasses.fields(TrainConfig))
+    for plane, cls in plane_config_classes().items():
+        if cls is not TrainConfig:
+            own = parser.add_argument_group(f"{plane} plane ({cls.__module__}.{cls.__name__})")
+            add_dataclass_arguments(own, cls, skip=base)
     igroup = parser.add_argument_group("interface (what the policy sees)")
     add_dataclass_arguments(igroup, Interface, dest_prefix="interface__")
 
@@ -478,12 +522,29 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def read_toml(path: Path, what: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
     """A TOML file as a dict; a missing file or a syntax error is a clear ``error``
     naming ``what`` (e.g. "config file") and the path."""
+    if path.is_dir():
+        raise error(f"{what} {path} is a directory; give a TOML file")
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{what} {path} is not a text file (not UTF-8); give a TOML file") from None
     except tomllib.TOMLDecodeError as err:
         raise error(f"{what} {path} is not valid TOML: {err}") from None
+    except RecursionError:
+        raise error(f"{what} {path} nests arrays or tables too deeply to be read") from None
+
+
+def config_table(value: Any, key: str, example: str) -> dict[str, Any]:
+    """A TOML table given for ``key`` as a dict (absent: empty); anything else is one line
+    showing the form, e.g. ``env_options = {size = 2}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+        raise ValueError(f"config key {key!r} must be a table, e.g. {key} = {example}; got {shown}")
+    return dict(value)
 
 
 def given_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -496,9 +557,12 @@ def given_values(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if getattr(args, "config", None):
         data = read_toml(Path(args.config), "config file")
-    interface = dict(data.pop("interface", {}) or {})
-    env_options = dict(data.pop("env_options", {}) or {})
+    interface = config_table(data.pop("interface", None), "interface", '{memory = "none"}')
+    env_options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     data.update(flags_given(args, TrainConfig, skip=_SKIP_FLAGS))
+    base = tuple(f.name for f in dataclasses.fields(TrainConfig))
+    for cls in plane_config_classes().values():
+        data.update(flags_given(args, cls, skip=base))
     interface.update(flags_given(args, Interface, dest_prefix="interface__"))
     env_options.update(parse_option_strings(getattr(args, "env_option", []) or []))
     if interface:

@@ -63,6 +63,10 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from rlid.budget import Budget
 from rlid.runs.state import StoredTensor, materialize
@@ -488,9 +492,6 @@ class Parallel:
             self._ddp.register_comm_hook(None, _sum_hook)
             self.train_module = DDPModel(self._ddp)
         elif self.mode == "fsdp":
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import FSDPModule, fully_shard
-
             broadcast_parameters([module], world)  # FSDP shards rank 0's weights
             mesh = init_device_mesh(device.type, (world.size,))
             with collective("fully_shard"):
@@ -606,8 +607,6 @@ class Parallel:
         Otherwise ``(None, None)``: the modules' own state dicts are complete."""
         if not self._fsdp:
             return None, None
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        from torch.distributed.tensor import DTensor
 
         keep = self.world.is_writer
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -634,8 +633,6 @@ class Parallel:
         its own, so the full tensor is freed before the next is read)."""
 
         if self._fsdp:
-            from torch.distributed.tensor import DTensor, distribute_tensor
-
             params = [p for group in optimizer.param_groups for p in group["params"]]
             for pid, entry in state["state"].items():
                 param = params[int(pid)]

@@ -143,3 +143,10 @@ def given_values(
         if value is not None:
             out[f.name] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+def add_env_option_argument(
+    parser: argparse.ArgumentParser, help: str = "env option (repeatable), e.g. -o size=3"
+) -> None:
+    """``--env-option/-o K=V`` (repeatable); parse with ``envs.registry.parse_option_strings``."""
+    parser.add_argument("--env-option", "-o", action="append", default=[], metavar="K=V", help=help)

@@ -42,12 +42,13 @@ from rlid.hardware import (
     enable_gradient_checkpointing,
     resolve_device,
 )
+from rlid.limits import check_machine_limits
 from rlid.lora import AdapterDisabled
 from rlid.models import CausalLM, own_memory
 from rlid.planes import get_plane
 from rlid.rollout import Episode, Sampling, collect_episodes
 from rlid.runs.dir import rng_state
-from rlid.runs.log import RunLog, read_run_config
+from rlid.runs.log import RunLog, apply_resume_changes, read_run_config
 from rlid.runs.stop import RunStopped, StopSignals
 from rlid.seeds import group_rngs, iteration_rngs
 from rlid.starts import load_policy_model, model_pin
@@ -118,6 +119,7 @@ def open_run(
     world = dist_.init(config.dist_timeout if config is not None else 300.0)
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer, pins=model_pin)
     config = log.config
+    check_machine_limits(config)  # threads, workers and batch memory, before the model loads
     if plane is not None and config.plane != plane:
         raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)
@@ -337,14 +339,22 @@ def run_iterations(
 
 
 def run_training(
-    config: TrainConfig | None, out: Path, *, resume: bool, progress: bool = True
+    config: TrainConfig | None,
+    out: Path,
+    *,
+    resume: bool,
+    progress: bool = True,
+    changes: dict[str, Any] | None = None,
 ) -> RunLog:
     """Train ``config`` into the run directory ``out`` with its plane's trainer.
 
-    With ``resume=True`` the config is read from ``out`` (``config`` is ignored;
-    change what may change with :func:`rlid.runs.log.apply_resume_changes` first).
+    With ``resume=True`` the config is read from ``out`` (``config`` is ignored);
+    ``changes`` are values given with the resume, applied where that is safe and
+    refused otherwise (:func:`rlid.runs.log.apply_resume_changes`).
     """
     if resume:
+        if changes:
+            apply_resume_changes(Path(out), changes)
         config = read_run_config(out)[0]
     if config is None:
         raise ValueError("a config is required to start a new run")

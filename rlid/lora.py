@@ -18,9 +18,12 @@ from typing import Any
 
 import torch
 
+from rlid.model_folder import check_model_folder
+
 
 def _peft() -> Any:
     try:
+        # optional dependency: peft (the lora extra)
         import peft
     except ImportError:  # pragma: no cover - depends on the environment
         raise ValueError(
@@ -63,6 +66,8 @@ def attach_adapters(model: torch.nn.Module, adapter_dir: Path) -> torch.nn.Modul
             f"{adapter_dir} holds no LoRA adapters (no adapter_config.json): the checkpoint "
             "was not written by a run with lora_rank > 0"
         )
+
+    check_model_folder(adapter_dir, adapters=True)  # safetensors only, no custom code
     try:
         wrapped = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     except (ValueError, RuntimeError, KeyError) as err:

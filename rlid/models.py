@@ -22,7 +22,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import (
@@ -34,12 +34,13 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from rlid.runs.files import resolve_link, staged_dir
+from rlid.model_folder import check_finite_weights, check_model_folder, first_line
+from rlid.names import ModelSize
+from rlid.runs.files import resolve_link, staged_dir, write_errors_as_os_errors
 from rlid.tokenizer import TINY_MAX_LENGTH, build_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
 
-ModelSize = Literal["tiny", "large"]
 
 CausalLM = Any
 """A Hugging Face causal LM (``PreTrainedModel``) or a wrapper with the same surface
@@ -128,7 +129,7 @@ def save_policy_model(
     points (returned), created if it does not exist yet.
     """
     path = resolve_link(path)
-    with staged_dir(path) as tmp:
+    with write_errors_as_os_errors(path), staged_dir(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return path
@@ -146,6 +147,7 @@ def check_model_dir(name_or_path: str | os.PathLike[str]) -> Path:
         raise ValueError(f"{str(path)!r} is a file, not a Hugging Face model directory")
     if not (path / "config.json").is_file():
         raise ValueError(f"{str(path)!r} is not a Hugging Face model directory (no config.json)")
+    check_model_folder(path)  # no custom code, no pickles: one line each
     return path
 
 
@@ -171,15 +173,24 @@ def _no_weight_loading_bar() -> Iterator[None]:
 
 def _load_dir(path: Path, *, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model and tokenizer from a checked directory; errors name the directory."""
+    # never code from the folder (auto_map), never pickle weights: refused up front too
+    safe: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, **safe)
     except (OSError, ValueError, TypeError) as err:
-        raise ValueError(f"could not load a tokenizer from {str(path)!r}: {err}") from err
+        raise ValueError(
+            f"could not load a tokenizer from {str(path)!r}: {first_line(err)}"
+        ) from err
     try:
         with _no_weight_loading_bar():
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, use_safetensors=True, **safe
+            )
     except (OSError, ValueError, TypeError, KeyError) as err:
-        raise ValueError(f"could not load a causal LM from {str(path)!r}: {err}") from err
+        raise ValueError(
+            f"could not load a causal LM from {str(path)!r}: {first_line(err)}"
+        ) from err
+    check_finite_weights(model, path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:

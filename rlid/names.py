@@ -76,3 +76,8 @@ def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
         if name not in names:
             names.append(name)
     return tuple(names)
+
+
+ModelSize = Literal["tiny", "large"]
+"""Architecture presets of the tiny model family (``rlid.models.MODEL_SIZES``)."""
+MODEL_SIZE_NAMES: tuple[str, ...] = get_args(ModelSize)

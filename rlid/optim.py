@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 
 def minibatches(order: np.ndarray, size: int) -> list[np.ndarray]:
@@ -85,7 +86,6 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     parameters (a value head beside a sharded model): the total norm is computed over
     both kinds, the sharded part's norm reduced over its shards."""
     # lazy: torch.distributed is absent from some torch builds; one process never needs it
-    from torch.distributed.tensor import DTensor
 
     sharded = [p for p in params if isinstance(p, DTensor)]
     if not sharded:

@@ -51,12 +51,22 @@ class Plane:
             evaluation), or its ``"module:attribute"`` reference.
         trainer: ``(config, out, *, resume, progress) -> RunLog``, a whole training
             run, or its ``"module:attribute"`` reference.
+        config: the plane's config class (a ``rlid.config.TrainConfig`` that may add the
+            plane's own fields, as TRL's ``GRPOConfig`` extends its training arguments), or
+            its ``"module:attribute"`` reference.
     """
 
     name: str
     summary: str
     policy: Callable[..., Any] | str
     trainer: Callable[..., Any] | str
+    config: type | str = "rlid.config:TrainConfig"
+
+    def config_class(self) -> type:
+        """The plane's config class (imported on first use)."""
+        found = resolve(self.config)
+        assert isinstance(found, type), found
+        return found
 
     def make_policy(self, config: Any, model: Any, tokenizer: Any, **kw: Any) -> Any:
         """The plane's acting policy around ``model`` (see :attr:`policy`)."""

@@ -352,14 +352,22 @@ class DecisionPolicy:
                     observations[b], infos[b], tree, interface, self.tokenizer, memory_text=memory
                 )
                 later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
-                return encode_prompt(self.tokenizer, prompt), tree, later
+                return encode_prompt(self.tokenizer, prompt), tree, later, interface
 
-            encoded, _ = fit_to_context(
-                encode_step, memory_texts, context_limit(self.model), self.interface,
-                self.budget, length=lambda e: len(e[0]) + e[2],
+            limit = context_limit(self.model)
+            encoded, used = fit_to_context(
+                encode_step, memory_texts, limit, self.interface, self.budget,
+                length=lambda e: len(e[0]) + e[2],
             )  # fmt: skip  # a prompt must leave room for the tree's longest path
-            prompt_ids = [ids for ids, _, _ in encoded]
-            trees = [tree for _, tree, _ in encoded]  # as shown (shortened steps lose fields)
+            for b in range(len(encoded)):  # still too long: narrower trees, fan-out halved
+                ids, tree, later, shown = encoded[b]
+                while limit is not None and len(ids) + later > limit and tree.depth > 1:
+                    if self.interface.long_prompts != "shorten" or tree.fanout <= 2:
+                        break
+                    trees[b] = tree.narrower(max(2, tree.fanout // 2))
+                    ids, tree, later, shown = encoded[b] = encode_step(b, used[b], shown)
+            prompt_ids = [e[0] for e in encoded]
+            trees = [e[1] for e in encoded]  # as shown (shortened steps lose fields)
         with self.timers.time("forward"), torch.no_grad():
             reader = LevelReader(self.model, self.pad_id, self.autocast)
             walks, hidden, tokens = walk_trees(

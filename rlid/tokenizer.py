@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter
 
 EOS_TOKEN = "<|endoftext|>"
 TINY_VOCAB_SIZE = 3072
@@ -146,6 +147,7 @@ def qwen_bpe_tokenizer(*, chat_template: str | None = None) -> PreTrainedTokeniz
             '.[test]'``).
     """
     try:
+        # optional dependencies: real vocabularies for tests (the test extra)
         import dashscope
         import tiktoken  # noqa: F401  (the converter reads the ranks with it)
     except ImportError as err:
@@ -153,7 +155,6 @@ def qwen_bpe_tokenizer(*, chat_template: str | None = None) -> PreTrainedTokeniz
             f"Qwen's BPE is read from the dashscope wheel with tiktoken ({err.name} is "
             "missing): pip install -e '.[test]'"
         ) from None
-    from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks = Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

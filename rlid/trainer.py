@@ -62,7 +62,8 @@ from rlid.protocols import MenuPolicy
 from rlid.rollout import Episode, gathered_episode_stats
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
-from rlid.starts import answered_labels, base_model_path, load_run_model
+from rlid.start_files import answered_labels
+from rlid.starts import base_model_path, load_run_model
 from rlid.tree_update import (
     attach_path_reference,
     first_level_logp,
@@ -155,13 +156,14 @@ class DecisionBatch:
         advantages: (N,) float32, one per decision.
         targets: (N,) value targets (returns), one per decision.
         owner: (N_global,) maps the global decision list (all ranks, groups in order)
-            to indices into ``decisions`` (-1: held by another rank).
+            to indices into ``decisions`` (-1: held by another rank); None: this process
+            holds every decision.
     """
 
     decisions: list[Decision]
     advantages: torch.Tensor
     targets: torch.Tensor
-    owner: np.ndarray
+    owner: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.logp_old = torch.tensor([d.logp for d in self.decisions])  # (N,)
@@ -213,7 +215,7 @@ def ppo_update(
     """
     config, world, timers = ctx.config, ctx.world, ctx.timers
     parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
-    owner = batch.owner
+    owner = batch.owner if batch.owner is not None else np.arange(len(batch.decisions))
     held = owner >= 0
     # which global decisions carry advantage signal (a minibatch without any is skipped)
     flags = np.zeros(len(owner))

@@ -26,7 +26,7 @@ def _small_play_start_recipe():
     so this never replaces a real random-play start in the user's cache. (``tiny``, the
     default, is the shipped start: nothing to build.)
     """
-    from rlid import starts
+    from rlid import start_files as starts
     from rlid.pretrain import PretrainConfig
 
     saved = starts.PLAY_RECIPE

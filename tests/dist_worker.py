@@ -37,9 +37,9 @@ def main() -> int:
     real_play, real_step = trainer.play_groups, optim.Stepper.step
     recorded: list[bool] = []
 
-    def play(*args, **kw):
-        episodes = real_play(*args, **kw)
-        if kw["iteration"] == 1 and kw.get("round_", 0) == 0:
+    def play(ctx, env_list, policy, iteration, episodes_of, round_=0):
+        episodes = real_play(ctx, env_list, policy, iteration, episodes_of, round_)
+        if iteration == 1 and round_ == 0:
             rows = [
                 {"group": e.group, "seed": e.reset_seed, "actions": [d.action for d in e.decisions]}
                 for e in episodes

@@ -12,11 +12,11 @@ from menus.prompt import render_token_prompt
 from rlid.audit import (
     AUDIT_INTERFACE,
     AuditConfig,
-    add_audit_parser,
     audit,
     load_wordings,
     resolve_problem,
 )
+from rlid.audit.cli import add_audit_parser
 from rlid.audit.exact import (
     TextScores,
     WordingSet,

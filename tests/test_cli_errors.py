@@ -173,13 +173,13 @@ def test_an_unexpected_error_is_one_line_with_exit_1(monkeypatch, capsys):
 
 
 # --------------------------------------------------------------- demo, audit, compare
-def test_demo_validates_before_pretraining(monkeypatch, capsys, tmp_path):
-    import rlid.pretrain as pretrain_mod
+def test_demo_validates_before_training(monkeypatch, capsys, tmp_path):
+    import rlid.trainer as trainer_mod
 
-    def no_pretraining(*args, **kwargs):
-        raise AssertionError("pretraining started before the arguments were checked")
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before the arguments were checked")
 
-    monkeypatch.setattr(pretrain_mod, "pretrain", no_pretraining)
+    monkeypatch.setattr(trainer_mod, "train", no_training)
     assert cli_main(["demo", "--steps", "0", "--env", "nosuch"]) == 2
     assert "unknown env id 'nosuch'" in _one_line_error(capsys)
     assert cli_main(["demo", "--steps", "0", "--env", "keydoor"]) == 2
@@ -277,7 +277,7 @@ def test_compare_waits_for_the_out_lock_and_names_its_holder(
 
 
 def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys, hold_lock):
-    from rlid.pretrain import work_dir
+    from rlid.pretrain.build import work_dir
 
     work = work_dir(tmp_path / "model")
     work.mkdir()

@@ -1136,3 +1136,25 @@ def test_heldout_plot_has_a_row_per_arm_the_before_marks_and_the_reference_lines
     plot_heldout(many, "many", tmp_path / "many.png", None)  # no references: no lines
     with Image.open(tmp_path / "few.png") as f, Image.open(tmp_path / "many.png") as m:
         assert m.size[0] == f.size[0] and m.size[1] > f.size[1]  # taller with more arms
+
+
+def test_a_run_from_other_starting_weights_is_not_reused(tmp_path):
+    """`tiny` became the shipped start: a run recorded from the former `tiny` (another
+    sha256) has the same config but not the same start, and is refused, not reused."""
+    from rlid.compare.run import check_existing_run
+    from rlid.starts import model_pin
+
+    compare = parse_compare_config(tiny_comparison())
+    run = next(r for r in compare.runs() if r.arm == "decision")
+    run = replace(run, config=run.config.replace(model="tiny"))
+    run_dir = tmp_path / "run"
+    log = RunLog.open(run_dir, run.config, resume=False, pins=model_pin)
+    log.start()
+    log.close()
+    check_existing_run(run, run_dir, "finished")  # the same start: fine
+    raw = json.loads((run_dir / "config.json").read_text())
+    raw["start_model"] = {**raw["start_model"], "origin": "warm", "sha256": "0" * 64}
+    raw.pop("sha256", None)  # the file's own digest: rewritten as an older run wrote it
+    (run_dir / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="trained from other starting weights"):
+        check_existing_run(run, run_dir, "finished")

@@ -55,7 +55,7 @@ def config(**changes) -> TrainConfig:
         interface=Interface(memory="none"),
     )
     base.update(changes)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 @pytest.fixture(scope="module")

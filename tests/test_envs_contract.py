@@ -1,7 +1,8 @@
 """The env contract of docs/design.md §3, checked for every registered env id.
 
-TextWorld ids (``tw-*``) need compiled games and have their own tests; every
-other id is checked here with its default options.
+TextWorld ids (``tw-*``) need compiled games and the Java-backed ids (``scienceworld``,
+``twx-*``) a JVM; they have their own tests. Every other id is checked here with its
+default options.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from hypothesis import strategies as st
 
 import envs
 from envs.base import INFO_KEYS
+from envs.jvm import needs_java
 from envs.registry import get_spec, parse_option_strings
 
-ENV_IDS = [env_id for env_id in envs.list_envs() if not env_id.startswith("tw-")]
+ENV_IDS = [e for e in envs.list_envs() if not e.startswith("tw-") and not needs_java(e)]
 INVALID = "dance wildly"  # no game here has this command
 MAX_LEGAL_AT_DEFAULTS = 26
 

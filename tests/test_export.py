@@ -15,6 +15,8 @@ from rlid import seeds, trainer
 from rlid.agents import load_policy
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
+from rlid.evaluate import evaluate
+from rlid.loop import make_envs
 from rlid.policy import DecisionPolicy
 from rlid.runs.dir import read_json
 
@@ -27,18 +29,20 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 def _train(path: Path, **changes) -> TrainConfig:
-    config = TrainConfig(
+    values = dict(
+        model="tiny-random",  # mixed outcomes, so the trained weights differ from the start
         env="keydoor", env_options=dict(GAME), steps=16, groups_per_iter=2, group_size=2,
         epochs=1, minibatch_size=8, eval_episodes=6, threads=1, lr=1e-3,
-        interface=Interface(memory="last_k", memory_size=2), **changes,
+        interface=Interface(memory="last_k", memory_size=2),
     )  # fmt: skip
+    config = TrainConfig(**{**values, **changes})
     trainer.train(config, path, progress=False)
     return config
 
 
 def _heldout_eval(policy, config: TrainConfig) -> dict[str, float]:
-    env_list = trainer.make_envs(config, "heldout", min(config.eval_episodes, 16))
-    return trainer.evaluate(policy, env_list, config.eval_episodes, interface=config.interface)
+    env_list = make_envs(config, "heldout", min(config.eval_episodes, 16))
+    return evaluate(policy, env_list, config.eval_episodes, interface=config.interface)
 
 
 def test_export_round_trip_reproduces_heldout_eval_exactly(tmp_path, capsys):
@@ -91,7 +95,7 @@ def test_agent_plays_like_the_batched_policy(tmp_path):
     config = _train(tmp_path / "run")
     export_mod.export_run(tmp_path / "run", tmp_path / "agent")
     agent = export_mod.load_agent(tmp_path / "agent")
-    env = trainer.make_envs(config, "heldout", 1)[0]
+    env = make_envs(config, "heldout", 1)[0]
     policy_stats = _heldout_eval(agent.policy, config.replace(eval_episodes=1))
     obs, info = env.reset(seed=seeds.EVAL_SEED_BASE)
     agent.reset()
@@ -121,7 +125,8 @@ def test_export_writes_through_a_symbolic_link(tmp_path):
 
 def test_lora_export_records_base_and_merges(tmp_path):
     pytest.importorskip("peft")
-    config = _train(tmp_path / "run", lora_rank=2, lora_targets="q_proj,v_proj")
+    # the shipped start: its base weights live in a directory the adapters can name
+    config = _train(tmp_path / "run", model="tiny", lora_rank=2, lora_targets="q_proj,v_proj")
     ckpt_adapter = read_json(tmp_path / "run" / "checkpoint" / "model" / "adapter_config.json")
     from rlid.starts import base_model_path
 

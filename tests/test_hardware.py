@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import envs
+from baselines.config import TokenConfig
 from rlid.config import TrainConfig
 from rlid.hardware import (
     Precision,
@@ -104,11 +105,11 @@ def test_training_runs_with_every_tensor_on_the_device(tmp_path, device, plane):
     from rlid.loop import run_training
 
     extra = {"max_new_tokens": 3, "algo": "dapo"} if plane == "token" else {"kl_coef": 0.1}
-    config = TrainConfig(
+    config = TrainConfig.from_dict(dict(
         plane=plane, env="keydoor", env_options={"size": 2}, steps=24, groups_per_iter=2,
         group_size=2, eval_episodes=2, device=device, minibatch_size=8, micro_batch_size=3,
         **extra,
-    )  # fmt: skip
+    ))  # fmt: skip
     run_training(config, tmp_path / "run", resume=False, progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(np.isfinite(r["return"]) for r in rows)
@@ -402,7 +403,7 @@ def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
         g.extra["logp_ref"] = [x - 0.3 for x in g.logp_old]
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
-    ctx = RunContext(TrainConfig(plane="token", beta=0.5))
+    ctx = RunContext(TokenConfig(plane="token", beta=0.5))
     out = token_update(
         ctx, model, TokenBatch(completions, torch.zeros(len(completions)), np.arange(len(completions))),
         Stepper(torch.optim.AdamW(params), params, 1.0), np.random.default_rng(0),
@@ -421,7 +422,7 @@ def test_token_trainer_merges_a_tiny_tail_minibatch():
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)[:17]  # minibatch 16: 16 + 1 -> one of 17
-    ctx = RunContext(TrainConfig(plane="token", minibatch_size=16, epochs=2))
+    ctx = RunContext(TokenConfig(plane="token", minibatch_size=16, epochs=2))
     params = list(model.parameters())
     advantages = torch.randn(17, generator=torch.Generator().manual_seed(0))
     token_update(

@@ -138,8 +138,8 @@ def test_rows_are_grouped_by_template_and_shown_in_shuffle_order():
     assert build_label_tree(legal, labels="A-D", fanout=3).node((1,)).text == "move ... (2 actions)"
     blocks = build_label_tree(legal, labels="A-D", fanout=3, grouping="blocks")
     assert [row.text for row in blocks.node(()).children] == [
-        "open cup - open jar (2 actions)",
-        "move apple to cup - move apple to jar (2 actions)",
+        "open cup - jar (2 actions)",  # the range's last action less the shared words
+        "move apple to cup - jar (2 actions)",
         "look around",
     ]  # fan-out 3: three blocks of 2, 2 and 1 rows
     assert group_head("pour OBJ into OBJ", True) == "pour ... into ..."
@@ -159,6 +159,16 @@ def test_a_large_group_of_a_two_slot_template_splits_by_its_first_object():
         "C) move coin to ... (4 actions)",
     ]
     assert tree.action((0, 1, 2)) == "move ball to bowl"
+
+
+def test_object_names_holding_the_templates_words_are_read_as_objects():
+    objects = ["door to kitchen", "door to hall", "lamp", "wire"]
+    legal = [f"connect {a} to {b}" for a in objects for b in objects if a != b]
+    templates = ["connect OBJ to OBJ"] * len(legal)
+    tree = build_label_tree(legal, labels=ALPHABET, templates=templates, fanout=5)
+    assert sorted(row.text for row in tree.node(()).children) == [
+        f"connect {name} to ... (3 actions)" for name in sorted(objects)
+    ]
 
 
 def test_afterstates_show_on_actions_only():

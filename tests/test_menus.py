@@ -114,6 +114,16 @@ def test_render_format_and_memory():
         plain.render(afterstates=True)
 
 
+def test_empty_afterstates_say_nothing_and_are_not_shown():
+    # envs without outcome predictions (ScienceWorld, TextWorldExpress) give "" per row
+    menu = compile_menu(["go east", "take key"], ["", "you will carry the key"], labels="A-Z")
+    assert menu.has_afterstates
+    assert menu.render() == "A) go east\nB) take key -> you will carry the key"
+    assert menu.render(afterstates=True) == menu.render()
+    silent = compile_menu(["go east", "take key"], ["", ""], labels="A-Z")
+    assert silent.render(afterstates=True) == silent.render(afterstates=False)
+
+
 def test_unknown_label_is_a_clear_key_error():
     menu = compile_menu(["go east", "look"], labels="A-Z")
     with pytest.raises(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from baselines.config import TokenConfig
 from baselines.losses import TokenLoss, aggregation_normaliser, normaliser_units, token_policy_loss
 from rlid.optim import minibatches
 from rlid.ppo import PPOCoefs, decision_ppo_loss
@@ -235,7 +236,6 @@ def _generations(model, tokenizer):
 @pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
 def test_token_update_micro_batches_equal_one_batch(algo):
     from baselines.token_trainer import Rescoring, TokenBatch, token_update
-    from rlid.config import TrainConfig
     from rlid.loop import RunContext
     from rlid.optim import Stepper
 
@@ -243,7 +243,7 @@ def test_token_update_micro_batches_equal_one_batch(algo):
 
     def step_with(micro_batch_size):
         def step(model, tokenizer, params, optimizer):
-            config = TrainConfig(
+            config = TokenConfig(
                 plane="token", algo=algo, epochs=1, minibatch_size=B, max_new_tokens=6,
                 micro_batch_size=micro_batch_size, mismatch="tis", max_grad_norm=1e9,
             )  # fmt: skip

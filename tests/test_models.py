@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
-from rlid import models as models_mod
+from rlid import start_files
 from rlid import tokenizer as tokenizer_mod
 from rlid.models import build_model_from_config, build_tiny_model, model_config, save_policy_model
-from rlid.starts import load_policy_model, play_cache_dir
+from rlid.start_files import play_cache_dir
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer, required_single_tokens
 
 TYPICAL_PROMPT = (
@@ -132,12 +133,12 @@ def test_model_config_rejects_unknown_fields(tok):
         model_config(tok, "huge")
 
 
-def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
-    recipe = models_mod.warm_start_recipe()
+def test_tiny_play_is_built_on_first_use_and_cached(cache_dir, capfd, caplog):
+    recipe = start_files.play_recipe()
     assert recipe.steps <= 5  # conftest's tiny recipe: this test takes seconds
     assert play_cache_dir().parent == cache_dir / "models"
     assert play_cache_dir().name.startswith("tiny-warm-")  # never the real recipe's dir
-    model, tok = load_policy_model("tiny")
+    model, tok = load_policy_model("tiny-play")
     err = capfd.readouterr().err
     notice = [line for line in err.splitlines() if line.startswith("rlid: building")]
     assert len(notice) == 1 and str(play_cache_dir()) in notice[0]
@@ -149,7 +150,7 @@ def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
     fresh = build_tiny_model(build_tiny_tokenizer(), seed=0)
     assert not torch.equal(model.lm_head.weight, fresh.lm_head.weight)  # pretrained, not random
     # second use: loaded from the cache, no second build
-    again, _ = load_policy_model("tiny")
+    again, _ = load_policy_model("tiny-play")
     assert "rlid: building" not in capfd.readouterr().err
     assert torch.equal(again.lm_head.weight, model.lm_head.weight)
     # random only on explicit request
@@ -164,8 +165,8 @@ def test_tiny_is_warm_built_on_first_use_and_cached(cache_dir, capfd, caplog):
 def test_default_recipe_uses_the_plain_cache_dir(cache_dir, monkeypatch):
     from rlid.pretrain import PretrainConfig
 
-    monkeypatch.setattr(models_mod, "WARM_START_RECIPE", None)
-    assert models_mod.warm_start_recipe() == PretrainConfig()
+    monkeypatch.setattr(start_files, "PLAY_RECIPE", None)
+    assert start_files.play_recipe() == PretrainConfig()
     assert play_cache_dir() == cache_dir / "models" / "tiny-warm"
 
 
@@ -186,7 +187,8 @@ def test_saving_through_a_symbolic_link_writes_where_it_points(tmp_path, tok):
 
 
 def test_pretrain_refuses_a_file_as_its_output_before_building(tmp_path):
-    from rlid.pretrain import PretrainConfig, pretrain
+    from rlid.pretrain import PretrainConfig
+    from rlid.pretrain.build import pretrain
 
     out = tmp_path / "model"
     out.write_text("not a directory")
@@ -207,7 +209,7 @@ def test_save_then_load_round_trips(cache_dir, tok):
     for path in play_cache_dir().iterdir():  # safetensors alone writes its file 0600
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path.name
 
-    warm, warm_tok = load_policy_model("tiny")
+    warm, warm_tok = load_policy_model("tiny-play")
     assert warm.rlid_origin == "warm"
     assert warm_tok.padding_side == "left" and warm_tok.pad_token == tok.pad_token
     assert encode(warm_tok, TYPICAL_PROMPT) == encode(tok, TYPICAL_PROMPT)
@@ -218,7 +220,7 @@ def test_save_then_load_round_trips(cache_dir, tok):
     assert local.rlid_origin == "local"
     fresh, _ = load_policy_model("tiny-random")
     assert fresh.rlid_origin == "fresh"
-    half, _ = load_policy_model("tiny", dtype=torch.bfloat16)
+    half, _ = load_policy_model("tiny-play", dtype=torch.bfloat16)
     assert half.dtype == torch.bfloat16
 
 
@@ -238,12 +240,12 @@ def test_loading_shows_no_transformers_bar_even_when_it_is_on(cache_dir, tok, ca
     assert "Loading weights" not in capfd.readouterr().err
 
 
-def test_stale_warm_cache_is_rebuilt_loudly(cache_dir, caplog):
+def test_a_stale_tiny_play_cache_is_rebuilt_loudly(cache_dir, caplog):
     other = build_tiny_tokenizer()
     other.add_tokens(["<|other|>"])
     save_policy_model(build_tiny_model(other), other, play_cache_dir())
-    with caplog.at_level(logging.WARNING, logger="rlid.models"):
-        model, tok = load_policy_model("tiny")
+    with caplog.at_level(logging.WARNING, logger="rlid.starts"):
+        model, tok = load_policy_model("tiny-play")
     assert model.rlid_origin == "warm"
     assert "different tiny tokenizer" in caplog.text
     assert tok.get_vocab() == build_tiny_tokenizer().get_vocab()

@@ -12,9 +12,11 @@ import envs
 from menus import Interface
 from rlid.models import build_tiny_model
 from rlid.policy import DecisionPolicy, sample_rows
-from rlid.pretrain import PretrainConfig, pretrain, random_play_transcripts, transcripts
+from rlid.pretrain import PretrainConfig, random_play_transcripts, transcripts
+from rlid.pretrain.build import pretrain
 from rlid.readout import label_logprobs
-from rlid.starts import answered_labels, load_policy_model
+from rlid.start_files import answered_labels
+from rlid.starts import load_policy_model
 from rlid.tokenizer import build_tiny_tokenizer
 
 
@@ -165,7 +167,7 @@ def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_onl
 
 
 def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
-    from rlid.pretrain import weighted_lm_loss
+    from rlid.pretrain.lm import weighted_lm_loss
 
     # hand-computed: two next-token predictions with CE log(2) and log(4)
     logits = torch.log(torch.tensor([[[0.5, 0.5, 1e-30], [0.25, 0.75, 1e-30], [1.0, 1.0, 1.0]]]))
@@ -683,8 +685,8 @@ def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_
     saved = json.loads((tmp_path / "m" / "pretrain.json").read_text())
     assert saved["dropped"] == info["dropped"]
     # what wrote the weights: their hash (as a run's start_model records it) and the code
-    from rlid.runs.pin import model_pin
     from rlid.runs.software import software_record
+    from rlid.starts import model_pin
 
     assert saved["sha256"] == model_pin(str(tmp_path / "m"))["sha256"]
     assert saved["software"] == json.loads(json.dumps(software_record()))
@@ -765,7 +767,7 @@ def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
 
 
 def test_length_pieces_by_hand():
-    from rlid.pretrain import length_pieces
+    from rlid.pretrain.lm import length_pieces
 
     lengths = [5, 100, 7, 30, 6]
     assert length_pieces(lengths, 0) == [[0, 1, 2, 3, 4]]  # off: the batch as it is
@@ -779,7 +781,8 @@ def test_length_pieces_by_hand():
 def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_weight):
     """``max_batch_tokens``: pieces of a length-sorted batch, each divided by the whole
     batch's weight, add up to the loss and gradient of the batch padded as one."""
-    from rlid.pretrain import batch_backward, training_sequences
+    from rlid.pretrain import training_sequences
+    from rlid.pretrain.lm import batch_backward
 
     tokenizer = build_tiny_tokenizer()
     config = PretrainConfig(
@@ -795,7 +798,7 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
         model = build_tiny_model(tokenizer, seed=3)
         loss = batch_backward(model, batch, tokenizer.pad_token_id, answer_weight, max_tokens)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
-    from rlid.pretrain import length_pieces
+    from rlid.pretrain.lm import length_pieces
 
     assert len(length_pieces([len(ids) for ids, _ in batch], 2 * lengths[-1])) > 1
     (one_loss, one), (split_loss, split) = grads
@@ -808,7 +811,7 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
 
 def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_path, monkeypatch):
     import rlid.pretrain.build as pretrain_mod
-    from rlid.pretrain import load_unfinished
+    from rlid.pretrain.build import load_unfinished
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=5, batch_size=2,

@@ -160,6 +160,8 @@ def test_token_prompt_plain(plain_tok):
     assert listed.endswith("Actions:\n- look\nCommand:")
     with pytest.raises(ValueError, match="afterstates aligned"):
         render_token_prompt(OBS, {**INFO, "afterstates": None}, interface, plain_tok)
+    silent = render_token_prompt(OBS, {**INFO, "afterstates": ["", ""]}, interface, plain_tok)
+    assert silent.endswith("Actions:\n- go east\n- take key\nCommand:")  # "" is not shown
 
 
 def test_chat_template_wraps_the_same_body(chat_tok, plain_tok):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import envs
+from baselines.config import ScoringConfig
 from baselines.scoring import ScoringPolicy
 from menus import Interface, command_completion, render_token_prompt
 from rlid.budget import Budget
-from rlid.config import TrainConfig
 from rlid.policy import ValueHead
 from rlid.starts import load_policy_model
 from rlid.trainer import train
@@ -202,7 +202,7 @@ def test_scores_carry_gradients_and_unknown_norm_fails(tiny):
 
 
 def test_scoring_plane_trains_through_decision_ppo(tmp_path):
-    config = TrainConfig(
+    config = ScoringConfig(
         plane="scoring", norm="token", env="keydoor",
         env_options={"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3},
         steps=8, groups_per_iter=2, group_size=2, epochs=1, minibatch_size=8,

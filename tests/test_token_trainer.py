@@ -19,9 +19,9 @@ from baselines.token_trainer import (
     train_token,
 )
 from menus import Interface, command_completion, render_token_prompt
-from rlid.budget import Budget, Timers
+from rlid.budget import Budget
 from rlid.config import TrainConfig
-from rlid.loop import make_envs
+from rlid.loop import RunContext, make_envs
 from rlid.models import save_policy_model
 from rlid.rollout import Episode
 from rlid.runs.log import RunLog
@@ -73,7 +73,7 @@ def _config(model, **changes):
         groups_per_iter=2, group_size=4, epochs=1, minibatch_size=16, max_new_tokens=4,
         invalid_penalty=-0.5, eval_episodes=1, threads=1, lr=1e-3, interface=INTERFACE,
     )  # fmt: skip
-    return TrainConfig(**{**base, **changes})
+    return TrainConfig.from_dict({**base, **changes})
 
 
 def _generation(valid=True, tokens=2):
@@ -131,7 +131,7 @@ def _rollout(model_dir, config, iteration=1):
         model, tokenizer, INTERFACE, max_new_tokens=config.max_new_tokens, budget=budget
     )
     env_list = make_envs(config, "train", config.episodes_per_iter)
-    result = rollout(policy, env_list, config, iteration, budget=budget, timers=Timers())
+    result = rollout(RunContext(config, budget=budget), policy, env_list, iteration)
     return result, budget
 
 
@@ -159,7 +159,7 @@ def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
 def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
     # group 0: all failed, but one episode wrote an unparsed command (shaped 0 vs -0.5);
     # group 1: one success. Only group 1 carries task signal.
-    def fake_collect(env_list, policy, seeds, groups, **kwargs):
+    def fake_collect(ctx, env_list, policy, iteration, episodes, round_=0):
         failed = [_episode(0, 0.0, [_generation()]) for _ in range(3)]
         failed.append(_episode(0, 0.0, [_generation(valid=False)]))
         mixed = [_episode(1, 0.0, [_generation()]) for _ in range(3)]
@@ -170,7 +170,7 @@ def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
     monkeypatch.setattr("baselines.token_trainer.play_groups", fake_collect)
     config = _config("tiny", algo="dapo", invalid_penalty=-0.5, max_gen_batches=1)
     budget = Budget()
-    result = rollout(None, [], config, 1, budget=budget, timers=Timers())
+    result = rollout(RunContext(config, budget=budget), None, [], 1)  # type: ignore[arg-type]
     assert [e.group for e in result.kept] == [1, 1, 1, 1]
     assert budget.filtered_samples == 4
     # the shaping still reaches the advantage of a kept group

@@ -10,8 +10,7 @@ import pytest
 from menus import Interface
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
-from rlid.names import parse_report_to
-from rlid.runs import trackers as trackers_mod
+from rlid.names import TRACKERS, parse_report_to
 from rlid.runs.dir import read_json, read_metrics
 from rlid.runs.trackers import RunTrackers, flatten_row
 
@@ -45,7 +44,7 @@ def test_report_to_parsing_and_errors():
     assert parse_report_to("tensorboard, wandb") == ("tensorboard", "wandb")
     assert parse_report_to(["mlflow", "mlflow"]) == ("mlflow",)
     assert parse_report_to("none") == parse_report_to(None) == ()
-    assert parse_report_to("all") == trackers_mod.TRACKERS
+    assert parse_report_to("all") == TRACKERS
     with pytest.raises(ValueError, match="unknown tracker 'tensorbord'.*tensorboard"):
         parse_report_to("tensorbord")
     assert TrainConfig(report_to="tensorboard").report_to == ("tensorboard",)
@@ -81,6 +80,7 @@ def test_tensorboard_events_of_a_training_run_read_back(tmp_path):
     from rlid import trainer
 
     config = TrainConfig(
+        model="tiny-random",  # mixed outcomes: an update (and its loss) every iteration
         env="keydoor", env_options={"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6},
         steps=20, groups_per_iter=2, group_size=2, epochs=1, minibatch_size=8, eval_episodes=2,
         eval_every=1, threads=1, interface=Interface(memory="none"), report_to="tensorboard",

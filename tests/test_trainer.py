@@ -12,8 +12,11 @@ from menus import Interface
 from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
+from rlid.loop import RunContext
+from rlid.optim import Stepper
 from rlid.runs.dir import read_metrics
 from rlid.starts import load_policy_model
+from rlid.trainer import DecisionBatch
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 
@@ -26,6 +29,9 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 def small_config(**changes) -> TrainConfig:
     base = dict(
+        # the random start: the shipped one wins these small games from the first
+        # iteration, and equal returns leave nothing to learn
+        model="tiny-random",
         env="keydoor",
         env_options=dict(TINY_ENV),
         steps=30,
@@ -38,7 +44,7 @@ def small_config(**changes) -> TrainConfig:
         interface=Interface(memory="none"),
     )
     base.update(changes)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 def params_of(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -151,7 +157,8 @@ def test_refuses_to_overwrite_a_run_and_leaves_nothing_on_setup_errors(tmp_path,
     (out / "x").parent.mkdir(parents=True)
     (out / "x").write_text("keep me")
     code = cli_main(["train", "--out", str(out), "--steps", "1"])
-    assert code == 2 and "--resume" in capsys.readouterr().err
+    err = capsys.readouterr().err  # not a run: not told to resume it
+    assert code == 2 and "not a run directory" in err and "--resume" not in err
     assert (out / "x").read_text() == "keep me"
 
 
@@ -171,6 +178,7 @@ def test_incompatible_checkpoint_is_a_clear_error(tmp_path, capsys):
     log = trainer_mod.train(small_config(steps=5), tmp_path / "run", progress=False)
     cfg = Path(log.path) / "config.json"
     data = json.loads(cfg.read_text())
+    del data["sha256"]  # (else refused as a changed record before the config is compared)
     data["config"]["lr"] = 0.5  # a config the checkpoint was not written with
     cfg.write_text(json.dumps(data))
     code = cli_main(["train", "--resume", str(log.path)])
@@ -203,7 +211,7 @@ def test_no_optimizer_step_when_there_is_nothing_to_learn():
     import numpy as np
 
     import envs
-    from rlid.budget import Budget, Timers
+    from rlid.budget import Budget
     from rlid.models import build_tiny_model
     from rlid.policy import DecisionPolicy
     from rlid.tokenizer import build_tiny_tokenizer
@@ -223,15 +231,14 @@ def test_no_optimizer_step_when_there_is_nothing_to_learn():
     before = [p.detach().clone() for p in params]
     budget = Budget()
     out = trainer_mod.ppo_update(
-        policy, decisions, torch.zeros(2), torch.zeros(2), config=config, optimizer=optimizer,
-        params=params, rng=np.random.default_rng(0), budget=budget, timers=Timers(),
+        RunContext(config, budget=budget), policy, DecisionBatch(decisions, torch.zeros(2), torch.zeros(2)),
+        Stepper(optimizer, params, config.max_grad_norm), np.random.default_rng(0),
     )  # fmt: skip
     assert out == {"skipped_update": 1.0} and budget.optimizer_steps == 0
     assert all(torch.equal(a, b) for a, b in zip(before, params))
     out = trainer_mod.ppo_update(
-        policy, decisions, torch.tensor([1.0, -1.0]), torch.zeros(2), config=config,
-        optimizer=optimizer, params=params, rng=np.random.default_rng(0), budget=budget,
-        timers=Timers(),
+        RunContext(config, budget=budget), policy, DecisionBatch(decisions, torch.tensor([1.0, -1.0]), torch.zeros(2)),
+        Stepper(optimizer, params, config.max_grad_norm), np.random.default_rng(0),
     )  # fmt: skip
     assert budget.optimizer_steps >= 1
     assert any(not torch.equal(a, b) for a, b in zip(before, params))
@@ -241,7 +248,7 @@ def test_label_mass_penalty_raises_the_label_mass():
     import numpy as np
 
     import envs
-    from rlid.budget import Budget, Timers
+    from rlid.budget import Budget
     from rlid.models import build_tiny_model
     from rlid.policy import DecisionPolicy
     from rlid.tokenizer import build_tiny_tokenizer
@@ -262,14 +269,13 @@ def test_label_mass_penalty_raises_the_label_mass():
     # the penalty regularises an update with policy-gradient signal (alone it is skipped,
     # like every regulariser: Adam would turn it into a full-size step)
     out = trainer_mod.ppo_update(
-        policy, decisions, torch.zeros(2), torch.zeros(2), config=config, optimizer=optimizer,
-        params=params, rng=np.random.default_rng(0), budget=Budget(), timers=Timers(),
+        RunContext(config, budget=Budget()), policy, DecisionBatch(decisions, torch.zeros(2), torch.zeros(2)),
+        Stepper(optimizer, params, config.max_grad_norm), np.random.default_rng(0),
     )  # fmt: skip
     assert out == {"skipped_update": 1.0}
     out = trainer_mod.ppo_update(
-        policy, decisions, torch.tensor([1.0, -1.0]), torch.zeros(2), config=config,
-        optimizer=optimizer, params=params, rng=np.random.default_rng(0), budget=Budget(),
-        timers=Timers(),
+        RunContext(config, budget=Budget()), policy, DecisionBatch(decisions, torch.tensor([1.0, -1.0]), torch.zeros(2)),
+        Stepper(optimizer, params, config.max_grad_norm), np.random.default_rng(0),
     )  # fmt: skip
     assert "label_mass_loss" in out
     _, mass_after, _ = policy.score(decisions)
@@ -281,7 +287,7 @@ def test_position_penalty_lowers_the_preference_for_menu_positions():
     import numpy as np
 
     import envs
-    from rlid.budget import Budget, Timers
+    from rlid.budget import Budget
     from rlid.models import build_tiny_model
     from rlid.policy import DecisionPolicy
     from rlid.ppo import label_marginal_kl_uniform
@@ -304,10 +310,9 @@ def test_position_penalty_lowers_the_preference_for_menu_positions():
         before = float(label_marginal_kl_uniform(policy.score(decisions)[0]))
         params = list(model.parameters())
         out = trainer_mod.ppo_update(
-            policy, decisions, advantages, torch.zeros(8), config=config,
-            optimizer=torch.optim.AdamW(params, lr=1e-3), params=params,
-            rng=np.random.default_rng(0), budget=Budget(), timers=Timers(),
-        )  # fmt: skip
+        RunContext(config, budget=Budget()), policy, DecisionBatch(decisions, advantages, torch.zeros(8)),
+        Stepper(torch.optim.AdamW(params, lr=1e-3), params, config.max_grad_norm), np.random.default_rng(0),
+    )  # fmt: skip
         return before, float(label_marginal_kl_uniform(policy.score(decisions)[0])), out
 
     start, plain, out_plain = bias_after(0.0)
@@ -338,7 +343,7 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
     run = Path(trainer_mod.train(config, tmp_path / "run", progress=False).path)
     rows = json.loads((run / "eval.json").read_text())
     stats = evaluate_model(config, EvalRequest(episodes=5))
-    assert stats["origin"] == "shipped" and stats["model"] == "tiny"
+    assert stats["origin"] == "fresh" and stats["model"] == "tiny-random"
     assert {k: stats[k] for k in rows["before"]} == rows["before"]
     # The trained model, played as a model dir with the run's config, is the "after" row.
     trained = evaluate_model(
@@ -357,7 +362,15 @@ def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path
         + "".join(f"{k} = {v}\n" for k, v in TINY_ENV.items())
         + '[interface]\nmemory = "none"\n'
     )
-    argv = ["eval", "--model", "tiny", "--config", str(tmp_path / "c.toml"), "--episodes", "5"]
+    argv = [
+        "eval",
+        "--model",
+        "tiny-random",
+        "--config",
+        str(tmp_path / "c.toml"),
+        "--episodes",
+        "5",
+    ]
     assert cli_main([*argv, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert {k: printed[k] for k in rows["before"]} == rows["before"]

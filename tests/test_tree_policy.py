@@ -3,7 +3,9 @@ every legal action, exact re-scoring, and PPO on the joint action."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +65,34 @@ def test_probabilities_over_all_legal_actions_sum_to_one_and_none_is_zero(model,
         assert abs(float(logp[b, d.chosen]) - d.logp) < 1e-6
         assert d.menu.rows[d.chosen].action == d.action
         assert 0 < float(mass[b]) <= 1
+
+
+def test_on_a_real_scienceworld_state_of_404_actions_the_policy_is_exact(model, tok):
+    """tests/data/scienceworld_states.json: a test-conductivity state with 404 legal
+    actions and ScienceWorld's own templates. The joint over every action sums to 1
+    within 1e-6, none is zero, and the recorded decision re-scores within 1e-6."""
+    fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
+    saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
+    assert len(saved["legal_actions"]) > 200
+    info = {**saved, "afterstates": None}
+    policy = DecisionPolicy(model, tok, INTERFACE)
+    decisions = policy.act(
+        [saved["observation"]], [info], [None], rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    d = decisions[0]
+    assert d.tree is not None and d.tree.depth >= 2 and d.action in saved["legal_actions"]
+    firsts = [row.text for row in d.tree.root.children]  # grouped by ScienceWorld's templates
+    assert any(text.startswith("focus on ... (") for text in firsts)
+    with torch.no_grad():
+        logp, _, _ = policy.score(decisions)
+        paths = policy.score_paths(decisions)
+    probs = logp[0, : d.num_rows].double().exp()
+    assert d.num_rows == len(saved["legal_actions"])
+    assert abs(float(probs.sum()) - 1.0) < 1e-6 and bool((probs > 0).all())
+    assert abs(float(logp[0, d.chosen]) - d.logp) < 1e-6
+    joint = sum(float(paths.logp[0, level, s.row]) for level, s in enumerate(d.path))
+    assert abs(joint - d.logp) < 1e-6
 
 
 def test_rescoring_a_recorded_path_gives_the_stored_log_probs(model, tok):

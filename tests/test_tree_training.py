@@ -194,3 +194,17 @@ def test_the_audit_identity_holds_on_a_factored_decision():
     assert report["first_level_is_marginal_gap"] < 1e-12
     assert report["identity_residual_rel"] < 1e-9 and report["mean_gap_rel"] < 1e-9
     assert report["within_row_term"] > 0  # the rows below level 1 carry variance
+
+
+def test_the_large_menu_benchmark_runs_the_three_planes(capsys):
+    from tests.test_benchmarks import _script
+
+    _script("large_menus").main(
+        ["--model", "tiny-random", "--buckets", "10", "50", "--per-bucket", "1", "--reps", "1"]
+    )
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 3  # the header and one row per bucket
+    k10, k50 = (row.split("|")[1:-1] for row in rows[1:])
+    assert (int(k10[0]), float(k10[1])) == (11, 1.0)  # one menu
+    assert int(k50[0]) == 50 and float(k50[1]) >= 2  # a label tree
+    assert "skipped" not in rows[2]  # every plane measured

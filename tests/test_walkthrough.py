@@ -160,7 +160,7 @@ def test_real_policies_are_walked_with_one_forward_per_state(plane, monkeypatch)
 
     model, tokenizer = load_policy_model("tiny-random")
     interface = Interface(memory="none")
-    config = TrainConfig(plane=plane, interface=interface)
+    config = TrainConfig.from_dict({"plane": plane, "interface": interface})
     policy = get_plane(plane).make_policy(config, model, tokenizer)
     game = dict(size=2, keys=1, distractors=1, max_episode_steps=8, split="heldout")
 

@@ -1,4 +1,4 @@
-"""The default model is the warm-started one; the run summary says where weights came from."""
+"""The default model is the shipped warm start; the run summary says where weights came from."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ def _small(model: str) -> TrainConfig:
 
 @pytest.mark.parametrize(
     ("model", "origin", "phrase"),
-    [("tiny", "warm", "warm-started tiny model"), ("tiny-random", "fresh", "fresh random")],
+    [
+        ("tiny", "shipped", "the shipped warm start"),
+        ("tiny-play", "warm", "the random-play warm start"),
+        ("tiny-random", "fresh", "fresh random"),
+    ],
 )
 def test_run_summary_states_the_model_origin_first(tmp_path, model, origin, phrase):
     from rlid import trainer

@@ -37,8 +37,12 @@ OPTIONS = {
 
 
 def make_babyai_text(**options: Any):
-    from envs.babyai.env import BabyAITextEnv
-
+    try:  # lazy: `import envs` must not need minigrid (the babyai extra)
+        from envs.babyai.env import BabyAITextEnv
+    except ImportError as err:
+        raise ImportError(
+            f"babyai-text needs minigrid: pip install 'rlid[babyai]' (or minigrid>=3.0) ({err})"
+        ) from None
     return BabyAITextEnv(**options)
 
 

@@ -48,6 +48,9 @@ import io
 import pickle
 from typing import Any
 
+from minigrid.utils.baby_ai_bot import BabyAIBot
+
+from envs.babyai import levels
 from envs.babyai.catalog import LEVELS, MIXED_TASKS, MIXTURES, game_task
 from envs.babyai.text import describe_view, observation_text
 from envs.base import TextGameEnv, split_game_seed
@@ -55,15 +58,6 @@ from envs.base import TextGameEnv, split_game_seed
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 ACTION_IDS = {name: index for index, name in enumerate(ACTIONS)}  # minigrid's action ids
 WIN_NOTE, LOSE_NOTE = " (+1 point, you win)", " (you lose)"
-INSTALL_HINT = "babyai-text needs minigrid: pip install 'rlid[babyai]' (or minigrid>=3.0)"
-
-
-def _levels() -> Any:
-    try:
-        from envs.babyai import levels
-    except ImportError as err:  # pragma: no cover - minigrid is a test dependency
-        raise ImportError(f"{INSTALL_HINT} ({err})") from None
-    return levels
 
 
 def render(game: Any, obs: dict[str, Any]) -> str:
@@ -75,7 +69,7 @@ def render(game: Any, obs: dict[str, Any]) -> str:
 
 def new_game(level: str, task: str, seed: int, max_steps: int | None) -> tuple[Any, dict]:
     """The minigrid env of game ``seed``, reset, and its first observation."""
-    game = _levels().make_level(level, task, max_steps=max_steps)
+    game = levels.make_level(level, task, max_steps=max_steps)
     # minigrid prints each rejected draw of a mission; keep stdout the caller's
     with contextlib.redirect_stdout(io.StringIO()):
         obs, _ = game.reset(seed=seed)
@@ -106,8 +100,6 @@ def step_outcome(game: Any, action: int) -> tuple[dict, float, bool, bool]:
 @functools.lru_cache(maxsize=4096)
 def bot_walkthrough(level: str, task: str, seed: int, max_steps: int | None) -> tuple | None:
     """BabyAI's bot on game ``seed``: its commands, or ``None`` if it does not win."""
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
     game, _ = new_game(level, task, seed, max_steps)
     bot = BabyAIBot(game)
     plan: list[str] = []
@@ -166,7 +158,6 @@ class BabyAITextEnv(TextGameEnv):
                 f"babyai-text: option task={task} pins a mixture ({', '.join(MIXTURES)}) to "
                 f"one task; level={level} plays one task already: drop task"
             )
-        _levels()  # a missing minigrid fails here, with the install hint
         self.level, self.task = level, task
         self.split, self.game_seed, self.num_games = split, game_seed, num_games
         self.fixed_step_limit = max_episode_steps

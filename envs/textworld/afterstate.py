@@ -36,6 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textworld.logic import Proposition, Variable
+
 from envs.outcome import Outcome  # the predicted points / win / loss, read back by read_outcome
 
 # Facts that encode static map structure or recipe bookkeeping: never described.
@@ -170,7 +172,6 @@ class RecipeCheck:
     """
 
     def __init__(self, initial_facts: Iterable[Any]) -> None:
-        from textworld.logic import Proposition, Variable
 
         facts = list(initial_facts)
         unary = {(f.name, f.arguments[0].name) for f in facts if len(f.arguments) == 1}

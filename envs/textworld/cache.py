@@ -33,10 +33,14 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import textworld
+import textworld.challenges
 from filelock import FileLock
+from textworld.generator import QuestGenerationError, compile_game, make_game
 
 from envs.paths import cache_root
 
@@ -172,9 +176,6 @@ def _generate_entry(key: Mapping[str, Any], final: Path) -> None:
 
 def generate_game(challenge: str, settings: Mapping[str, Any], seed: int, path: Path) -> None:
     """Generate and compile one game to ``path`` (``.z8``, with ``.json`` beside it)."""
-    import textworld
-    import textworld.challenges
-    from textworld.generator import QuestGenerationError, compile_game, make_game
 
     options = textworld.GameOptions()
     options.seeds = seed
@@ -214,6 +215,7 @@ def _apply_custom_settings(options: Any, settings: Mapping[str, Any]) -> None:
 def quiet_jericho() -> Iterator[None]:
     """Silence Jericho's "game not fully supported" warning: TextWorld games never are
     in its list, and its own score/move detection is not used."""
+    # optional dependency: jericho reads Z-machine files (tw-file games)
     import jericho
 
     with warnings.catch_warnings():
@@ -226,6 +228,5 @@ def _sha256(path: Path) -> str:
 
 
 def _textworld_version() -> str:
-    from importlib.metadata import version
 
     return version("textworld")

@@ -13,15 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from envs.registry import EnvSpec, Option, register
-from envs.textworld.env import GameFile, GeneratedGames, TextWorldEnv
 
 _COMMON_ARGS = ("split", "game_seed", "num_games", "max_episode_steps", "afterstates")
 
 
-def _generated(challenge: str, settings: dict[str, Any], options: dict[str, Any]):
+def _env_module() -> Any:
+    """:mod:`envs.textworld.env`, which imports textworld (slow): on first use of a tw-* id,
+    not with ``import envs``."""
+    # lazy: `import envs` (every rlid command, `rlid --help`) must not import textworld
+    from envs.textworld import env
 
-    return TextWorldEnv(
-        GeneratedGames(challenge, settings), **{k: options[k] for k in _COMMON_ARGS}
+    return env
+
+
+def _generated(challenge: str, settings: dict[str, Any], options: dict[str, Any]):
+    env = _env_module()
+    return env.TextWorldEnv(
+        env.GeneratedGames(challenge, settings), **{k: options[k] for k in _COMMON_ARGS}
     )
 
 
@@ -72,11 +80,11 @@ def make_custom(**options: Any):
 
 
 def make_file(**options: Any):
-
     path = options["path"]
     if path is None:
         raise ValueError("tw-file: option path is required: path=/path/to/game.z8")
-    return TextWorldEnv(GameFile(path), **{k: options[k] for k in _COMMON_ARGS})
+    env = _env_module()
+    return env.TextWorldEnv(env.GameFile(path), **{k: options[k] for k in _COMMON_ARGS})
 
 
 register(

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import textworld
+from textworld.generator.inform7 import Inform7Game
+
 from envs.textworld import cache as tw_cache
 
 # Z-machine RNG seed (Jericho's default, -1, follows the clock): fixed for determinism.
@@ -28,7 +31,6 @@ EVENT_ALIASES = {"drink": "drinking carried thing the {f}"}
 
 def event_matcher(game: Any) -> Any:
     """An ``Inform7Game`` for ``game`` whose ``detect_action`` also knows ``EVENT_ALIASES``."""
-    from textworld.generator.inform7 import Inform7Game
 
     class EventMatcher(Inform7Game):
         def detect_action(self, i7_event: str, actions: Any) -> Any:
@@ -58,7 +60,6 @@ class StartedGame:
 
 def start_game(path: Path) -> StartedGame:
     """``textworld.start`` with state tracking on and a fixed Z-machine seed."""
-    import textworld
 
     # last_action switches state tracking on without the per-step cost of the
     # admissible-command list (computed by the env) or of winning-policy search.

@@ -1,6 +1,7 @@
 """The marginalization variance identity, checked exactly (docs/design.md §7; ``rlid audit``).
 
-* :mod:`rlid.audit.run`         — :func:`audit` and :class:`AuditConfig`: the whole audit.
+* :mod:`rlid.audit.run`         — :func:`audit`: the whole audit.
+* :mod:`rlid.audit.config`      — :class:`AuditConfig`: what it enumerates and how.
 * :mod:`rlid.audit.exact`       — exact enumeration of wordings and their scores (float64).
 * :mod:`rlid.audit.moments`     — the variance decomposition from exact moments.
 * :mod:`rlid.audit.mc`          — the Monte-Carlo picture with bootstrap intervals.
@@ -15,19 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlid.audit.run import (
-    AUDIT_INTERFACE,
-    AuditConfig,
-    audit,
-    load_wordings,
-    parse_advantages,
-    resolve_problem,
-)
+from rlid.audit.config import AuditConfig
+
+# the rest is read from rlid.audit.run (torch) on first use, so that `rlid audit --help`
+# and importing the package stay light
+_FROM_RUN = ("AUDIT_INTERFACE", "audit", "load_wordings", "parse_advantages", "resolve_problem")
 
 __all__ = [
     "AUDIT_INTERFACE",
     "AuditConfig",
-    "add_audit_parser",
     "audit",
     "load_wordings",
     "parse_advantages",
@@ -35,8 +32,10 @@ __all__ = [
 ]
 
 
-def add_audit_parser(subparsers: Any) -> None:
-    """Register ``rlid audit`` (see :mod:`rlid.audit.cli`)."""
-    from rlid.audit.cli import add_audit_parser as add
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RUN:
+        # lazy: the audit imports torch; importing the package (`rlid audit --help`) must not
+        from rlid.audit import run
 
-    add(subparsers)
+        return getattr(run, name)
+    raise AttributeError(f"module 'rlid.audit' has no attribute {name!r}")

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
-import torch
-
-from rlid.audit import run as _run
+from rlid.audit.config import AuditConfig
 from rlid.audit.report import format_report, write_plot
-from rlid.audit.run import AuditConfig, audit, load_wordings, resolve_problem
 from rlid.flags import add_dataclass_arguments, given_values
-from rlid.starts import load_policy_model
+from rlid.limits import PER_CORE, one_line, usable_cores
+
+
+def _module_doc(name: str) -> str:
+    """A module's docstring, read from its source without importing it (``rlid.audit.run``
+    imports torch; ``rlid audit --help`` should not)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return ""
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False) or ""
+
+
+def check_threads(threads: int) -> None:
+    """``--threads`` from 1 to what this machine can use (:mod:`rlid.limits`)."""
+    most = PER_CORE * usable_cores()
+    if not 1 <= threads <= most:
+        raise ValueError(f"--threads {threads} is not between 1 and {most} ({PER_CORE} x cores)")
 
 
 # ------------------------------------------------------------------------- CLI
@@ -23,7 +37,7 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
         help="check the marginalization variance identity exactly, with negative controls",
-        description=(_run.__doc__ or "").split("\n\n    >>>")[0],
+        description=_module_doc("rlid.audit.run").split("\n\n    >>>")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dataclass_arguments(parser, AuditConfig)
@@ -39,19 +53,18 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     """``rlid audit``: load, audit, print (table or ``--json``), optionally plot."""
-    torch.set_num_threads(max(1, args.threads))
+    # lazy: the audit imports torch; `rlid audit --help` must not
+    from rlid.audit.run import audit_model, load_wordings, resolve_problem
+
     try:
+        check_threads(args.threads)
         config = AuditConfig(**given_values(args, AuditConfig))
         wordings = load_wordings(config.wordings) if config.wordings else None
         resolve_problem(config, wordings)  # input errors before the model loads
-
-        model, tokenizer = load_policy_model(config.model)
-        start = time.perf_counter()
-        report = audit(model, tokenizer, config, wordings)
-        report["seconds"] = time.perf_counter() - start
+        report = audit_model(config, wordings, threads=args.threads)
     except (ValueError, FileNotFoundError, KeyError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"rlid audit: error: {msg}", file=sys.stderr)
+        print(f"rlid audit: error: {one_line(str(msg))}", file=sys.stderr)
         return 2
     # The result first: a plot path that cannot be written must not lose the audit
     # (the write error then reaches the CLI's one-line error handler).

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rlid.audit.config import DEFAULT_SIZES
 from rlid.audit.exact import TextScores
 from rlid.audit.moments import EstimatorAtoms
-
-DEFAULT_SIZES = (4, 16, 64, 256, 1024, 4096)
 
 
 @dataclass(frozen=True)

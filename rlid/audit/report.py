@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlid.runs.files import save_figure
+from rlid.runs.files import new_figure, save_figure
 
 IDENTITY_TOLERANCE = 1e-9
 """Relative residual below which the identity counts as verified in float64."""
@@ -136,16 +136,12 @@ def _mc_cell(entry: dict[str, Any]) -> str:
 def write_plot(report: dict[str, Any], path: Path) -> Path:
     """Bar chart of the variance terms and the Monte-Carlo estimates, written atomically.
 
-    Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend).
+    Uses matplotlib's object API (no pyplot, no global backend).
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     c2 = report["controls"]["label_policy"]
     c3 = report["controls"]["advantage_noise"]
     action, wording = report["trace_cov_action"], report["wording_term"]
-    fig = Figure(figsize=(15, 4.4))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(15, 4.4))
     ax, other, mc = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.4, 0.7, 1.2]})
     # Stacks: token = action + wording; token + noise = action + wording + sigma^2 E|s_y|^2;
     # decision + noise = action + sigma^2 E|s_a|^2.

@@ -16,7 +16,7 @@ the claim: (1) an advantage that depends on the wording, (2) the label-readout p
 of the same weights, a different parameterisation the identity says nothing about,
 (3) noise in the advantage itself, which marginalising does not remove.
 
-    >>> from rlid.models import load_policy_model
+    >>> from rlid.starts import load_policy_model
     >>> model, tokenizer = load_policy_model("tiny-random")
     >>> report = audit(model, tokenizer, AuditConfig(mc_sizes=(4,), n_boot=50))
     >>> report["identity_residual_rel"] < 1e-9
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import torch
 
 from menus import Interface
 from menus.prompt import command_context, render_token_prompt
+from rlid.audit.config import AuditConfig
 from rlid.audit.exact import (
     WordingSet,
     float64_copy,
@@ -44,101 +46,16 @@ from rlid.audit.exact import (
 )
 from rlid.audit.factored import factored_identity
 from rlid.audit.label import label_policy_control
-from rlid.audit.mc import DEFAULT_SIZES, estimator_grams, monte_carlo
+from rlid.audit.mc import estimator_grams, monte_carlo
 from rlid.audit.moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
 from rlid.audit.paraphrases import WORDING_STYLES
 from rlid.audit.report import verdicts
-from rlid.audit.states import BUILTIN_STATES, DEFAULT_STATE, AuditState
+from rlid.audit.states import BUILTIN_STATES, AuditState
+from rlid.starts import load_policy_model
 
 AUDIT_INTERFACE = Interface(memory="none", afterstates=False, shuffle=False)
 """Both prompts of the audit: goal, observation and the legal list; no memory, no
 afterstates, rows in the given order (one fixed state, nothing to shuffle against)."""
-
-
-def _opt(default: Any, help: str, **argparse_kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help, **argparse_kwargs})
-
-
-@dataclass(frozen=True)
-class AuditConfig:
-    """What ``rlid audit`` enumerates and how; the CLI flags are derived from these fields."""
-
-    model: str = _opt("tiny", "policy model: 'tiny' (embedded) or a local HF model directory")
-    state: str = _opt(
-        DEFAULT_STATE,
-        "built-in text-game state (goal, observation, actions, advantages)",
-        choices=BUILTIN_STATES,
-    )
-    goal: str | None = _opt(None, "replace the state's goal line")
-    observation: str | None = _opt(None, "replace the state's observation line")
-    actions: tuple[str, ...] = _opt(
-        (),
-        "audit these actions (built-in paraphrase sets) instead of the state's",
-        nargs="+",
-        metavar="ACTION",
-    )
-    wording_style: str = _opt(
-        "synonyms",
-        "built-in wording sets: 'synonyms' (verb synonyms: go/walk/head east, take/get/pick up "
-        "...) or 'surface' (case, article, full-stop variants: the ones the token plane's "
-        "parse rule maps to the same action)",
-        choices=WORDING_STYLES,
-    )
-    wordings: str | None = _opt(
-        None,
-        'JSON file {"action": ["wording", ...], ...}: the actions and their wordings '
-        "(the first wording of each action is its canonical one); overrides --actions",
-        metavar="FILE",
-    )
-    advantages: tuple[str, ...] = _opt(
-        (),
-        "A(a) as ACTION=VALUE pairs, e.g. 'take brass key=1.0'; unnamed actions keep their "
-        "defaults (the state's table, or 1.0 for the first and 0.0 for the other custom actions)",
-        nargs="+",
-        metavar="ACTION=VALUE",
-    )
-    params: tuple[str, ...] = _opt(
-        (),
-        "glob(s) over parameter names for the gradient coordinates (default: all)",
-        nargs="+",
-        metavar="GLOB",
-    )
-    mc_sizes: tuple[int, ...] = _opt(
-        DEFAULT_SIZES, "Monte-Carlo sample sizes n (each >= 2)", nargs="+", type=int, metavar="N"
-    )
-    n_boot: int = _opt(1000, "bootstrap resamples per Monte-Carlo interval", type=int)
-    seed: int = _opt(0, "seed of the Monte-Carlo draws and the bootstrap", type=int)
-    wording_bonus: float = _opt(
-        0.5,
-        "control 1: extra advantage of each action's canonical wording, centred within the "
-        "action (so the action's mean advantage is unchanged)",
-        type=float,
-    )
-    noise_sigma: float = _opt(
-        0.5, "control 3: standard deviation of zero-mean noise added to A", type=float
-    )
-
-    def __post_init__(self) -> None:
-        if self.wording_style not in WORDING_STYLES:
-            raise ValueError(
-                f"unknown wording style {self.wording_style!r}; valid: {sorted(WORDING_STYLES)}"
-            )
-        if self.state not in BUILTIN_STATES:
-            raise ValueError(f"unknown state {self.state!r}; valid: {sorted(BUILTIN_STATES)}")
-        if any(n < 2 for n in self.mc_sizes) or not self.mc_sizes:
-            raise ValueError(f"--mc-sizes must be integers >= 2, got {list(self.mc_sizes)}")
-        if self.n_boot < 10:
-            raise ValueError(f"--n-boot must be >= 10, got {self.n_boot}")
-        for name in ("wording_bonus", "noise_sigma"):
-            if not math.isfinite(getattr(self, name)):
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{flag} must be a finite number, got {getattr(self, name)}")
-        if self.wording_bonus == 0:
-            raise ValueError(
-                "--wording-bonus 0 makes control 1 the plain audit; give a non-zero one"
-            )
-        if self.noise_sigma <= 0:
-            raise ValueError(f"--noise-sigma must be > 0, got {self.noise_sigma}")
 
 
 # --------------------------------------------------------------------- inputs
@@ -193,6 +110,7 @@ def parse_advantages(pairs: tuple[str, ...], actions: tuple[str, ...]) -> dict[s
 # wording was enough to exhaust 24 GB. These are far above any real action text.
 MAX_TEXT_CHARS = {"wording": 300, "action": 300, "goal": 4000, "observation": 4000}
 MAX_WORDINGS = 2000
+_CONTROL = ("Cc", "Cf", "Cs", "Co", "Cn")  # control, format, surrogate, private, unassigned
 
 
 def check_text_limits(
@@ -212,10 +130,17 @@ def check_text_limits(
             )
     for kind, text in texts:
         limit = MAX_TEXT_CHARS[kind]
+        article = "an" if kind[0] in "aeiou" else "a"
         if len(text) > limit:
             raise ValueError(
-                f"a{'n' if kind[0] in 'aeiou' else ''} {kind} of {len(text):,} characters "
+                f"{article} {kind} of {len(text):,} characters "
                 f"({text[:40]!r}...) is over the limit of {limit:,} characters; shorten it"
+            )
+        control = next((c for c in text if unicodedata.category(c) in _CONTROL), None)
+        if control is not None:  # printed as given, it could drive the terminal
+            raise ValueError(
+                f"{article} {kind} ({text[:40]!r}) holds the control character "
+                f"U+{ord(control):04X}; the audit takes printable text only"
             )
 
 
@@ -413,3 +338,16 @@ def _mc_row(row, exact) -> dict[str, Any]:
         "trace_cov_action": entry(row.trace_cov_action, exact.trace_cov_action),
         "difference": entry(row.difference, exact.wording_term),
     }
+
+
+def audit_model(
+    config: AuditConfig, wordings: dict[str, tuple[str, ...]] | None, *, threads: int
+) -> dict[str, Any]:
+    """``rlid audit``: load ``config.model`` (:func:`rlid.starts.load_policy_model`) and run
+    :func:`audit` on it with ``threads`` torch threads; ``seconds`` is the audit's time."""
+    torch.set_num_threads(threads)
+    model, tokenizer = load_policy_model(config.model)
+    start = time.perf_counter()
+    report = audit(model, tokenizer, config, wordings)
+    report["seconds"] = time.perf_counter() - start
+    return report

@@ -13,8 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import envs as envs_pkg
+from envs.registry import parse_option_strings
 from menus import Interface
-from rlid.config import TrainConfig, add_env_option_argument
+from rlid.config import TrainConfig
+from rlid.flags import add_env_option_argument
+from rlid.runs.lock import is_empty_dir
+from rlid.start_files import check_shipped, read_manifest
 
 # A setting that learns visibly in minutes on 2 CPU cores (see README "Demo").
 DEMO_ENV = "tw-coin_collector"
@@ -42,10 +47,7 @@ def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    import envs as envs_pkg
-    from envs.registry import parse_option_strings
-    from rlid.runs.dir import is_empty_dir
-    from rlid.starts import check_shipped, read_manifest
+    # lazy: the shipped start and the trainer import torch; `rlid demo --help` must not
     from rlid.trainer import train
 
     t0 = time.perf_counter()

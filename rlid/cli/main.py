@@ -19,11 +19,25 @@ from __future__ import annotations
 import argparse
 import errno
 import faulthandler
+import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from rlid.runs.stop import RunStopped  # standard library only: keeps `rlid --help` fast
+# standard library only: keeps `rlid --help` fast
+from rlid.flags import add_env_option_argument
+from rlid.limits import one_line
+from rlid.runs.files import os_error_of
+from rlid.runs.lock import RunLockedError
+from rlid.runs.stop import (
+    RunStopped,
+    Terminated,
+    restore_sigterm,
+    signal_name,
+    terminate_by_exception,
+)
 
 
 class UserError(Exception):
@@ -31,6 +45,7 @@ class UserError(Exception):
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
+    # lazy: `rlid --help` must stay quick (envs imports gymnasium)
     import envs
 
     spec_ids = envs.list_envs()
@@ -55,13 +70,13 @@ def _add_envs(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    # lazy: `rlid --help` must stay quick (playing imports the envs)
     from rlid.cli.play import play
 
     return play(args)
 
 
 def _add_play(sub: argparse._SubParsersAction) -> None:
-    from rlid.config import add_env_option_argument
 
     p = sub.add_parser(
         "play",
@@ -84,7 +99,7 @@ def _add_play(sub: argparse._SubParsersAction) -> None:
 # and ``rlid envs`` start in a fraction of a second (benchmarks/cli_startup.py).
 _EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
     ("rlid.cli.pretrain", "add_pretrain_parser",
-     {"pretrain": "warm-start the tiny model on random-play transcripts (cached)"}),
+     {"pretrain": "build a warm start of the tiny model (default: the random-play start, cached)"}),
     ("rlid.cli.train", "add_train_parsers", {
         "train": "train an agent (decision-plane PPO, scoring-plane PPO, or token-plane "
                  "GRPO family)",
@@ -95,7 +110,7 @@ _EXTERNAL: list[tuple[str, str, dict[str, str]]] = [
     ("rlid.compare.cli", "add_compare_parser",
      {"compare": "compare arms (planes x algorithms) over seeds under one shared budget"}),
     ("rlid.cli.demo", "add_demo_parser",
-     {"demo": "the main job: warm start, decision PPO, held-out table"}),
+     {"demo": "the main job: the shipped start, decision PPO, held-out table"}),
     ("rlid.cli.export", "add_export_parser",
      {"export": "write a run's agent as a Hugging Face model dir with interface.json and a "
                 "model card"}),
@@ -127,8 +142,6 @@ def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_envs(sub)
     _add_play(sub)
-    import importlib
-
     for module_name, hook, commands in _EXTERNAL:
         if command != ALL and command not in commands:
             for name, help_line in commands.items():
@@ -165,8 +178,6 @@ _OS_HINTS = {
 
 def error_message(err: BaseException) -> str | None:
     """One line for an error caused by input or environment; None for a bug."""
-    from rlid.runs.lock import RunLockedError
-
     if isinstance(err, UserError | RunLockedError):
         return str(err)
     if isinstance(err, KeyError):
@@ -183,6 +194,9 @@ def error_message(err: BaseException) -> str | None:
     if isinstance(err, ValueError | TypeError | FileNotFoundError):
         return str(err)
     if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
+        inner = os_error_of(err)
+        if inner is not None:  # writing: a full disk, a read-only file system, ...
+            return error_message(inner)
         return f"a .safetensors file is corrupt or truncated: {err}"
     return None
 
@@ -218,13 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     debug = args.debug or bool(os.environ.get("RLID_DEBUG"))
     _print_native_crashes()
+    previous = terminate_by_exception()  # SIGTERM in any phase: a line, not a vanishing
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code
-    except KeyboardInterrupt:
-        print(f"\nrlid {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+        print(f"\nrlid {args.command}: stopped by {signal_name(signum)}{_after_stop(args)}",
+              file=sys.stderr)  # fmt: skip
+        return 128 + signum
     except RunStopped as stopped:  # SIGTERM / Ctrl-C, after a checkpoint (rlid.runs.stop)
         if not stopped.quiet:  # one line per run, not one per rank
             print(f"rlid {args.command}: {stopped}", file=sys.stderr)
@@ -242,13 +259,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(err)
         if message is None:
             print(
-                f"rlid {args.command}: internal error: {type(err).__name__}: {err} "
-                "(run `rlid --debug ...` for the traceback, and please report it)",
+                f"rlid {args.command}: internal error: {type(err).__name__}: "
+                f"{one_line(str(err))} (run `rlid --debug ...` for the traceback, and please "
+                "report it)",
                 file=sys.stderr,
             )
             return 1
-        print(f"rlid {args.command}: error: {message}", file=sys.stderr)
+        print(f"rlid {args.command}: error: {one_line(message)}", file=sys.stderr)
         return 2
+    finally:
+        restore_sigterm(previous)
+        lock = sys.modules.get("rlid.runs.lock")
+        if lock is not None:  # every exit: no lock record left for the next run to take over
+            lock.release_all()
+
+
+def _after_stop(args: argparse.Namespace) -> str:
+    """What a stop by a signal leaves, said after "stopped by SIGTERM" (a run that can
+    be resumed: how; else nothing)."""
+    run = getattr(args, "resume", None) or getattr(args, "out", None)
+    if args.command == "train" and run is not None and (Path(run) / "config.json").is_file():
+        return (
+            f"; what its last checkpoint holds is kept: `rlid train --resume {run}` "
+            "continues (a run stopped before its first checkpoint starts again)"
+        )
+    if args.command == "compare":
+        return "; finished runs are kept: the same command continues"
+    return ""
 
 
 if __name__ == "__main__":

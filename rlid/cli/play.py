@@ -7,12 +7,15 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+import envs
+from envs.registry import parse_option_strings
+from menus import MenuRow
+
 LABELS = string.ascii_uppercase + string.ascii_lowercase
 
 
 def format_menu(legal_actions: list[str], afterstates: list[str] | None) -> str:
     """The menu as a person sees it: one ``A) action -> afterstate`` line per legal action."""
-    from menus import MenuRow
 
     lines = []
     for i, action in enumerate(legal_actions):
@@ -28,8 +31,6 @@ def play(
     print_fn: Callable[..., None] = print,
 ) -> int:
     """Run an interactive episode; type a label (A, B, ...) or the command text, or 'quit'."""
-    import envs
-    from envs.registry import parse_option_strings
 
     options: dict[str, Any] = dict(parse_option_strings(args.env_option))
     options["split"] = args.split

@@ -1,56 +1,47 @@
-"""``rlid train`` and ``rlid eval``: the CLI layer that sees both planes."""
+"""``rlid train`` and ``rlid eval``: the CLI layer that sees both planes.
+
+This module imports no torch, so ``rlid train --help`` is quick: each command imports
+the training core (:mod:`rlid.loop`, :mod:`rlid.agents`, ...) when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from envs.registry import parse_option_strings
+from rlid.compare.config import build_train_config
+from rlid.compare.parse import load_compare_config
 from rlid.config import (
+    TrainConfig,
     add_config_arguments,
-    add_env_option_argument,
     config_from_args,
+    config_from_values,
+    config_table,
     given_values,
+    read_toml,
 )
-from rlid.loop import run_training
+from rlid.flags import add_env_option_argument
+from rlid.limits import check_seed
 from rlid.runs.trackers import check_installed
 
 
-def resume_changes(run_dir: Path, given: dict[str, Any]) -> dict[str, Any]:
-    """Values given with ``--resume``, as whole TrainConfig fields of the saved run."""
-    from menus import Interface
-    from rlid.runs.log import read_run_config
-
-    saved, _ = read_run_config(run_dir)
-    changes = dict(given)
-    if "interface" in changes:
-        changes["interface"] = Interface.from_dict(
-            {**saved.interface.to_dict(), **changes["interface"]}
-        )
-    if "env_options" in changes:
-        options = {**saved.env_options, **changes["env_options"]}
-        if options != saved.env_options:  # --env-option values are strings: compare resolved
-            import envs as envs_pkg
-
-            spec = envs_pkg.get_spec(saved.env)
-            if spec.resolve(options) == spec.resolve(saved.env_options):
-                options = saved.env_options
-        changes["env_options"] = options
-    return changes
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    if args.resume is not None:
-        from rlid.runs.log import apply_resume_changes
+    # lazy: the training core imports torch; `rlid train --help` must not
+    from rlid.loop import run_training
 
+    if args.resume is not None:
         if args.out is not None and Path(args.out) != Path(args.resume):
             raise ValueError("--resume DIR continues DIR; do not also give a different --out")
-        given = given_values(args)
-        if given:  # applied where safe (e.g. a larger --steps), refused otherwise
-            apply_resume_changes(Path(args.resume), resume_changes(Path(args.resume), given))
-        log = run_training(None, Path(args.resume), resume=True, progress=not args.quiet)
+        # values given with --resume: applied where safe (a larger --steps), else refused
+        log = run_training(
+            None, Path(args.resume), resume=True, progress=not args.quiet,
+            changes=given_values(args),
+        )  # fmt: skip
     else:
         if args.out is None:
             raise ValueError("--out DIR is required (where the run is written)")
@@ -63,9 +54,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from envs.registry import parse_option_strings
+    # lazy: evaluation imports torch; `rlid eval --help` must not
     from rlid.agents import EvalRequest, evaluate_model, evaluate_run
 
+    check_seed(args.seed, "--seed")
     if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
     if args.run is None and args.model is None and args.setting is None:
@@ -105,9 +97,6 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     """``rlid eval --model``: the TrainConfig whose plane, interface, env and hardware
     the model is played with, and the number of episodes: ``--config FILE.toml`` (as
     for ``rlid train``) < flags; or, with ``--setting``, a comparison's run config."""
-    from envs.registry import parse_option_strings
-    from rlid.config import config_from_values, read_toml
-
     if args.setting is not None or args.arm is not None:
         return setting_eval_config(args)
     data: dict[str, Any] = {}
@@ -118,7 +107,7 @@ def model_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
                 f"{args.config} is a comparison config (rlid compare); name one of its "
                 "settings with --setting NAME (and an arm with --arm NAME)"
             )
-    options = dict(data.pop("env_options", {}) or {})
+    options = config_table(data.pop("env_options", None), "env_options", "{size = 2}")
     if args.env is not None and args.env != data.get("env"):
         options = {}  # the file's options belong to the file's env
     flags = {key: getattr(args, key) for key in ("env", "plane") if getattr(args, key) is not None}
@@ -133,12 +122,6 @@ def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
     limit and evaluation), with ``M`` as the model (default: the arm's own start): the
     "before" number that ``rlid compare`` would report for ``M`` there. ``A`` defaults to the file's first
     arm of ``--plane`` (default decision); episodes default to its held-out count."""
-    from dataclasses import replace
-
-    from rlid.compare.config import build_train_config
-    from rlid.compare.parse import load_compare_config
-    from rlid.config import TrainConfig
-
     if args.config is None or args.setting is None:
         raise ValueError("--setting and --arm name parts of a comparison: give --config CMP.toml")
     mixed = [flag for flag, given in (("--env", args.env), ("--env-option", args.env_option))
@@ -162,6 +145,7 @@ def setting_eval_config(args: argparse.Namespace) -> tuple[Any, int]:
         # the arm's own start model is replaced: it need not exist to evaluate another one
         arm = replace(arm, options={**arm.options, "model": args.model})
     else:  # the arm's own start, as its runs begin: it must exist (else its build command)
+        # lazy: the comparison's runner imports torch; `rlid eval --help` must not
         from rlid.compare.run import check_model_available
 
         check_model_available(compare.runs()[0], instead="evaluate another with --model M")

@@ -15,8 +15,18 @@ Like :mod:`rlid.cli`, this layer sees every plane (through :mod:`rlid.planes`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlid.compare.config import CompareConfig
 from rlid.compare.parse import load_compare_config
-from rlid.compare.run import run_comparison
 
 __all__ = ["CompareConfig", "load_compare_config", "run_comparison"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run_comparison":  # imports torch: on first use, not with the package
+        # lazy: the runner imports torch; importing the package must not
+        from rlid.compare.run import run_comparison
+
+        return run_comparison
+    raise AttributeError(f"module 'rlid.compare' has no attribute {name!r}")

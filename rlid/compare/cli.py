@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rlid.compare.parse import load_compare_config
-from rlid.compare.run import run_comparison, run_references
+from rlid.compare.text import references_table
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -26,6 +26,9 @@ def _seeds(text: str) -> list[int]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    # lazy: the runner imports torch; `rlid compare --help` must not
+    from rlid.compare.run import run_comparison, run_references
+
     compare = load_compare_config(args.config)  # every check before any run starts
     if args.arms is not None or args.envs is not None or args.seeds is not None:
         compare = compare.select(arms=args.arms, envs=args.envs, seeds=args.seeds)
@@ -35,6 +38,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ValueError("--out DIR is required (where the runs and the report go)")
     if args.status:
+        # lazy: the status reads runs with torch; `rlid compare --help` must not
         from rlid.compare.status import comparison_status, format_status
 
         if not (Path(args.out) / "comparison.json").is_file():
@@ -43,8 +47,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 0
     say = (lambda _msg: None) if args.quiet else print
     if args.references:
-        from rlid.compare.text import references_table
-
         refs = run_references(compare, args.out, say=say)
         if refs is None:
             return 1

@@ -43,11 +43,12 @@ eval_episodes and interface.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, get_args
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, get_args
 
 from menus import Interface
-from rlid.config import TokenAlgo, TrainConfig
+from rlid.config import TrainConfig, config_class
+from rlid.names import TokenAlgo
 
 PLANE_ALGORITHMS: dict[str, tuple[str, ...]] = {
     "decision": ("ppo",),
@@ -234,8 +235,13 @@ class CompareConfig:
 
 
 def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: int) -> TrainConfig:
-    """defaults < arm options < what the comparison fixes (budget, seed, env, interface)."""
-    data = {**compare.defaults, **arm.options}
+    """defaults < arm options < what the comparison fixes (budget, seed, env, interface).
+
+    ``[defaults]`` serve every arm: a default that only another plane has (the token
+    plane's ``max_new_tokens`` for a decision arm) is left out of this arm's config."""
+    own = {f.name for f in fields(config_class(arm.plane))}
+    data = {k: v for k, v in compare.defaults.items() if k in own}
+    data.update(arm.options)
     data.update(
         plane=arm.plane,
         env=env.env_id,
@@ -249,3 +255,13 @@ def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: 
     if arm.plane == "token":
         data["algo"] = arm.algorithm
     return TrainConfig.from_dict(data)
+
+
+Reference = Literal["random", "walkthrough", "afterstate"]
+
+
+REFERENCES: tuple[str, ...] = get_args(Reference)
+
+
+# references that draw with the rollout's rng: evaluated once per comparison seed
+STOCHASTIC_REFERENCES = frozenset({"random", "afterstate"})

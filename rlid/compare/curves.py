@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlid.budget import CURRENCIES
-from rlid.runs.files import save_figure
+from rlid.runs.files import new_figure, save_figure
 
 METRICS = ("success", "return")
 
@@ -134,11 +134,8 @@ def plot_currency(
     entry: dict[str, Any], currency: str, title: str, path: Path, *, budget: float | None
 ) -> Path:
     """Success and return against one currency: every arm's seed mean, min-max band."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 3.8))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(11, 3.8))
     axes = fig.subplots(1, len(METRICS))
     window = entry["leaders"]["window"]
     for ax, metric in zip(axes, METRICS):
@@ -189,13 +186,10 @@ def plot_heldout(
     and the reference arms (``random`` floor, ``afterstate`` marks, ``walkthrough``
     ceiling) as vertical lines where ``references`` has them.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     arms = [a for a in table if table[a]["heldout"]["after"]["success"] is not None]
     height = max(2.6, 1.4 + 0.38 * len(arms))
-    fig = Figure(figsize=(10, height + 0.4))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(10, height + 0.4))
     axes = fig.subplots(1, len(METRICS), sharey=True)
     rows = list(range(len(arms)))[::-1]  # first arm on top
     for ax, metric in zip(axes, METRICS):

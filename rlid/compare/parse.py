@@ -14,18 +14,20 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import envs as envs_pkg
 from menus import Interface
 from rlid.budget import CURRENCIES
 from rlid.compare.config import (
     FIXED_KEYS,
     PLANE_ALGORITHMS,
+    REFERENCES,
     Arm,
     CompareConfig,
     CompareConfigError,
     CompareEnv,
     build_train_config,
 )
-from rlid.config import TrainConfig, read_toml
+from rlid.config import TrainConfig, plane_config_classes, read_toml
 
 TOP_KEYS = (
     "name",
@@ -100,7 +102,6 @@ def parse_compare_config(data: dict[str, Any]) -> CompareConfig:
 
 
 def _references(value: Any) -> tuple[str, ...]:
-    from rlid.compare.reference import REFERENCES
 
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CompareConfigError(f"references: must be a list of names, got {value!r}")
@@ -192,7 +193,8 @@ def _declared(value: Any) -> tuple[str, ...]:
 def _train_overrides(table: Any, key: str) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise CompareConfigError(f"{key}: must be a table of TrainConfig values, got {table!r}")
-    known = {f.name for f in fields(TrainConfig)}
+    # any plane's field: [defaults] serve every arm, each run takes its own plane's
+    known = {f.name for cls in plane_config_classes().values() for f in fields(cls)}
     for name in table:
         if name in FIXED_KEYS:
             raise CompareConfigError(
@@ -215,7 +217,6 @@ def _options(table: Any, key: str) -> dict[str, Any]:
 
 
 def _envs(value: Any) -> tuple[CompareEnv, ...]:
-    import envs as envs_pkg
 
     if isinstance(value, dict):
         value = [value]

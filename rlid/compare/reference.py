@@ -28,18 +28,16 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import torch
 
+import envs as envs_pkg
 from envs.outcome import best_rows
 from rlid.budget import Budget, Timers
-
-Reference = Literal["random", "walkthrough", "afterstate"]
-REFERENCES: tuple[str, ...] = get_args(Reference)
-# references that draw with the rollout's rng: evaluated once per comparison seed
-STOCHASTIC_REFERENCES = frozenset({"random", "afterstate"})
+from rlid.compare.config import REFERENCES
+from rlid.evaluate import evaluate
 
 
 @dataclass(frozen=True)
@@ -177,8 +175,6 @@ def evaluate_reference(
     changes the random and afterstate arms' draws (the games come from the evaluation
     reset seeds).
     """
-    import envs as envs_pkg
-    from rlid.evaluate import evaluate
 
     options = {**env_options, "split": "heldout"}
     env_list = [envs_pkg.make(env_id, **options) for _ in range(min(episodes, 16))]

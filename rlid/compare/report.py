@@ -18,6 +18,7 @@ from rlid.compare.aggregates import arm_aggregates
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.curves import curves_for, plot_currency, plot_heldout
 from rlid.compare.stats import bootstrap_mean
+from rlid.compare.text import format_report
 from rlid.runs import dir as rundir
 from rlid.runs.summary import run_config, run_software
 
@@ -224,7 +225,6 @@ def collect(compare: CompareConfig, out: Path, ledger: dict[str, Any]) -> dict[s
 
 def write_report(compare: CompareConfig, out: Path, *, ledger: dict[str, Any]) -> dict[str, Any]:
     """Write ``results.json``, ``report.md`` and the PNG plots; return the results."""
-    from rlid.compare.text import format_report
 
     results = collect(compare, out, ledger)
     plots: dict[str, dict[str, str]] = {}

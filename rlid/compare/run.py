@@ -26,18 +26,31 @@ reference finished and unclaimed at its end.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlid.compare.config import CompareConfig, RunSpec
-from rlid.compare.report import heldout_path
+from rlid.agents import EvalRequest, evaluate_run
+from rlid.compare.config import STOCHASTIC_REFERENCES, CompareConfig, RunSpec
+from rlid.compare.reference import evaluate_reference
+from rlid.compare.report import heldout_path, summarise_references, write_report
+from rlid.limits import check_machine_limits
 from rlid.loop import run_training
 from rlid.runs import dir as rundir
-from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError
+from rlid.runs.files import LinkRefusedError, link_message
+from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
-from rlid.runs.stop import RunStopped
+from rlid.runs.pin import describe
+from rlid.runs.stop import RunStopped, StopSignals, signal_name
+from rlid.start_files import TINY_NAME, TINY_RANDOM_NAME
+from rlid.starts import model_pin
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
@@ -53,7 +66,7 @@ def run_state(run_dir: Path) -> str:
         return "finished"
     if (run_dir / "config.json").exists():
         return "started"
-    if not rundir.is_empty_dir(run_dir):
+    if not is_empty_dir(run_dir):
         raise ValueError(
             f"{run_dir} holds files but no config.json; it is not a run of this comparison "
             "(delete it or choose another --out)"
@@ -77,7 +90,8 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     """
     if not (run_dir / "config.json").exists():
         return
-    saved, _ = read_run_config(run_dir)
+    saved, raw = read_run_config(run_dir)
+    check_start_weights(run, run_dir, raw.get("start_model") or {})
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
     if differing == ["interface"] and state == "finished":
@@ -102,11 +116,28 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
         )
 
 
+def check_start_weights(run: RunSpec, run_dir: Path, recorded: dict[str, Any]) -> None:
+    """Refuse a run trained from other starting weights than its model name gives now
+    (e.g. ``tiny`` from before it became the shipped start): the same config would
+    otherwise stand in for another start's run. A start not built yet (``tiny-play``
+    before its first use) is not compared."""
+    if not recorded.get("sha256"):
+        return  # tiny-random, or a run from before the pins
+    now = model_pin(str(run.config.model))
+    if now.get("sha256") and (now.get("origin"), now["sha256"]) != (
+        recorded.get("origin"), recorded["sha256"]
+    ):  # fmt: skip
+        raise ValueError(
+            f"{run_dir} was trained from other starting weights: {describe(recorded)}, but "
+            f"{run.config.model!r} now resolves to {describe(now)}; use another --out, or "
+            "delete that run to retrain it"
+        )
+
+
 def check_model_available(run: RunSpec, *, instead: str = "leave the arm out with --arms") -> None:
     """A run still to train needs its starting model now, not hours into the comparison.
 
     ``instead``: the other way out the error offers (`rlid eval` offers --model)."""
-    from rlid.starts import TINY_NAME, TINY_RANDOM_NAME
 
     model = run.config.model
     if model in (TINY_NAME, TINY_RANDOM_NAME) or Path(model).expanduser().is_dir():
@@ -128,7 +159,6 @@ def evaluate_heldout(compare: CompareConfig, run: RunSpec, out: Path) -> None:
     When the held-out options equal the training options, the trainer's own
     before/after evaluation (split="heldout") already is this evaluation.
     """
-    from rlid.agents import EvalRequest, evaluate_run
 
     env = next(e for e in compare.envs if e.name == run.env)
     path = heldout_path(out, run)
@@ -159,7 +189,6 @@ def evaluate_references(
     under OUT's lock, so processes sharing ``OUT`` evaluate different ones and go on
     to their runs without waiting (compiling a setting's games can take minutes).
     Returns those another process is evaluating now."""
-    from rlid.compare.reference import STOCHASTIC_REFERENCES, evaluate_reference
 
     elsewhere = []
     for env in compare.envs:
@@ -196,7 +225,6 @@ def run_references(
     ``OUT/reference/`` and return ``{env: summarise_references(...)}``, or ``None`` when
     another process is still evaluating some (``say`` names them). A later full
     ``rlid compare`` with the same ``--out`` reuses them."""
-    from rlid.compare.report import summarise_references
 
     out = Path(out)
     check_output_dir(out)
@@ -287,6 +315,7 @@ def _prepare(
             check_existing_run(run, run_dir, state)
             if state != "finished":
                 check_model_available(run)
+                check_machine_limits(run.config)  # threads, workers, batch memory
     rundir.write_json(out / "comparison.json", compare.to_dict())
 
 
@@ -343,7 +372,6 @@ def _finish(
 ) -> dict[str, Any] | None:
     """Write the report if every run and reference is finished and no process still
     holds one (a reference left by a process that stopped is evaluated here)."""
-    from rlid.compare.report import write_report
 
     references = evaluate_references(compare, out, say=say)
     waiting = []
@@ -387,11 +415,6 @@ def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -
     it and exit; then :class:`RunStopped` says to rerun the comparison. A second signal
     (:data:`rlid.runs.stop.REPEAT_AFTER` or more later) kills them at once.
     """
-    import json
-    import os
-    import shutil
-    import subprocess
-    import sys
 
     spec = "resume"
     if not resume:
@@ -437,11 +460,6 @@ def _wait_passing_signals_on(proc: Any, pids: Path, nproc: int) -> int | None:
     passed on to the training processes (to torchrun until they have all written their
     pids), a second one kills them all before stopping this process. Returns the first
     signal's number, or None if none came."""
-    import os
-    import signal
-    import sys
-
-    from rlid.runs.stop import StopSignals, signal_name
 
     def targets() -> list[int]:
         found = [int(f.read_text()) for f in pids.glob("rank[0-9]*")]  # written atomically
@@ -487,3 +505,23 @@ def check_output_dir(out: Path) -> None:
             f"--out {out} already holds files and is not the output of `rlid compare` (no "
             "comparison.json); choose a new or empty directory so nothing there is overwritten"
         )
+    if out.is_dir():
+        refuse_output_links(out)
+
+
+def refuse_output_links(out: Path) -> None:
+    """No symbolic link where a comparison reads or writes in ``out`` (``out`` itself may
+    be one): its files, claims, references, held-out results and run directories."""
+
+    for path in sorted(out.iterdir()):
+        if path.is_symlink():
+            raise LinkRefusedError(link_message(path))
+        if path.name == "runs" and path.is_dir():
+            for run_dir in sorted(path.iterdir()):
+                if run_dir.is_symlink():
+                    raise LinkRefusedError(link_message(run_dir))
+                rundir.refuse_run_links(run_dir)
+        elif path.is_dir():
+            for inner in sorted(path.rglob("*")):  # rglob lists links, never enters them
+                if inner.is_symlink():
+                    raise LinkRefusedError(link_message(inner))

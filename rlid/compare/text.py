@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlid.budget import CURRENCIES
+from rlid.compare.config import STOCHASTIC_REFERENCES
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -404,7 +405,6 @@ def references_table(compare: Any, refs: dict[str, dict[str, Any]]) -> str:
             + [_iv(h.get("success")) for h in held]
             + [_iv(h.get("return")) for h in held]
         )
-    from rlid.compare.reference import STOCHASTIC_REFERENCES
 
     seeds = ", ".join(str(s) for s in compare.seeds)
     drawn = [r for r in compare.references if r in STOCHASTIC_REFERENCES]

@@ -18,6 +18,8 @@ import random
 import re
 from pathlib import Path
 
+import textworld
+
 SEED = 0
 TARGET_CHARS = 130_000
 
@@ -352,7 +354,6 @@ def transcript(rng: random.Random) -> str:
 
 def textworld_phrases() -> list[str]:
     """Phrases of the installed TextWorld's text grammars, markup stripped, deduplicated."""
-    import textworld
 
     root = Path(textworld.__file__).parent
     by_content = {path.read_text(encoding="utf-8"): path for path in root.glob("**/*.twg")}

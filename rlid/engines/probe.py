@@ -19,10 +19,16 @@ on a real model calibrates them: pass ``probe_tolerance`` to set one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+
+import envs
+from menus import Interface, menu_for_step
+from menus.prompt import label_set_for, render_decision_prompt
+from menus.tokens import encode_prompt
+from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
 
 DEFAULT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.05}
 """Largest |log π_engine − log π_trainer| on the probe accepted, by engine dtype."""
@@ -61,12 +67,6 @@ def decision_probe(tokenizer: Any, interface: Any = None) -> Probe:
     probe is rendered, and its labels tokenised, exactly as the run's prompts are; the
     menu is not shuffled (a fixed prompt).
     """
-    from dataclasses import replace
-
-    import envs
-    from menus import Interface, menu_for_step
-    from menus.prompt import label_set_for, render_decision_prompt
-    from menus.tokens import encode_prompt
 
     interface = replace(interface or Interface(), shuffle=False, memory="none")
     obs, info = envs.make("keydoor", size=3, afterstates=interface.afterstates).reset(seed=0)
@@ -78,7 +78,6 @@ def decision_probe(tokenizer: Any, interface: Any = None) -> Probe:
 
 def trainer_probe_logp(model: Any, probe: Probe) -> torch.Tensor:
     """The trainer's float32 label log-probs (K,) on the probe (no gradient)."""
-    from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
 
     input_ids, attention_mask = left_pad_ids([list(probe.prompt_ids)], pad_id=0)
     label_ids, label_valid = pad_label_ids([list(probe.label_ids)], model_vocab_size(model))

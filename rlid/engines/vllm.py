@@ -79,6 +79,7 @@ __all__ = ["EngineUnavailable", "SyncReport", "VLLMEngine", "VLLMOptions"]
 
 def _on_cpu_build() -> bool:
     """Whether vLLM runs on its CPU platform here."""
+    # optional dependency: vllm (the vllm extra)
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())

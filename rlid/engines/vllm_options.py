@@ -122,6 +122,7 @@ def import_vllm() -> Any:
     """The ``vllm`` module, or :class:`EngineUnavailable` with the install command."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the spawned processes too
     try:
+        # optional dependency: vllm (the vllm extra)
         import vllm
     except ImportError:
         raise EngineUnavailable(

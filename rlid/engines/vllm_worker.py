@@ -28,6 +28,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+from safetensors.torch import load_file
+
 
 class WeightSyncExtension:
     """Methods vLLM mixes into its worker (``self`` is the worker: ``self.model_runner``)."""
@@ -39,7 +42,6 @@ class WeightSyncExtension:
 
         Returns how many tensors were loaded.
         """
-        from safetensors.torch import load_file
 
         weights = load_file(path, device="cpu")
         runner = self.model_runner
@@ -60,7 +62,6 @@ class WeightSyncExtension:
 
     def rlid_worker_info(self) -> dict[str, Any]:
         """Where the worker computes: its device and torch thread count (diagnostics)."""
-        import torch
 
         return {"device": str(getattr(self, "device", "cpu")), "threads": torch.get_num_threads()}
 

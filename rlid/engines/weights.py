@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 LORA_PARTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B")
 """Name parts of adapter tensors (never sent to an engine: it gets merged weights)."""
@@ -96,7 +97,6 @@ def _merged_lora_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def write_safetensors(state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> Path:
     """Write ``state`` to ``path`` (a temporary sibling first, then a rename); return it."""
-    from safetensors.torch import save_file
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -37,36 +37,29 @@ again, and ends with the same weights as an uninterrupted build.
 
 from __future__ import annotations
 
-from rlid.pretrain.build import (
+from rlid.pretrain.config import (
     CHECKPOINT_EVERY,
-    load_unfinished,
-    pretrain,
-    save_unfinished,
-    work_dir,
+    PretrainConfig,
+    parse_env_entry,
+    split_env_entries,
 )
-from rlid.pretrain.config import PretrainConfig, parse_env_entry, split_env_entries
 from rlid.pretrain.corpus import (
     Transcript,
     random_play_transcripts,
     training_sequences,
     transcripts,
 )
-from rlid.pretrain.lm import batch_backward, length_pieces, weighted_lm_loss
 
+# The build (rlid.pretrain.build: pretrain, save_unfinished, ...) and the LM step
+# (rlid.pretrain.lm) import torch; this package's own names do not, so the CLI's
+# `rlid pretrain --help` stays quick.
 __all__ = [
     "CHECKPOINT_EVERY",
     "PretrainConfig",
     "Transcript",
-    "batch_backward",
-    "length_pieces",
-    "load_unfinished",
     "parse_env_entry",
-    "pretrain",
     "random_play_transcripts",
-    "save_unfinished",
     "split_env_entries",
     "training_sequences",
     "transcripts",
-    "weighted_lm_loss",
-    "work_dir",
 ]

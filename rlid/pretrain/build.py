@@ -19,7 +19,13 @@ from tqdm import tqdm
 
 from menus.labels import parse_alphabet
 from rlid.models import build_model_from_config, model_config, save_policy_model
-from rlid.pretrain.config import DEFAULT_LABELS, DEFAULT_MEMORY, DEFAULT_SIZE, PretrainConfig
+from rlid.pretrain.config import (
+    CHECKPOINT_EVERY,
+    DEFAULT_LABELS,
+    DEFAULT_MEMORY,
+    DEFAULT_SIZE,
+    PretrainConfig,
+)
 from rlid.pretrain.corpus import training_sequences
 from rlid.pretrain.lm import batch_backward
 from rlid.runs.files import remove_leftovers, staged_dir
@@ -30,7 +36,6 @@ from rlid.runs.state import load_state, save_state
 from rlid.runs.stop import RunStopped, StopSignals
 from rlid.tokenizer import build_tiny_tokenizer
 
-CHECKPOINT_EVERY = 200
 """Default steps between two saves of an unfinished build (``checkpoint_every``)."""
 
 _PROGRESS_DIRS = ("progress", ".progress.old")  # the checkpoint, and the one it replaces

@@ -10,7 +10,10 @@ import envs as envs_pkg
 from envs.registry import COMMON_OPTIONS, parse_option_strings
 from menus.labels import parse_alphabet
 from menus.memory import MEMORY_PROVIDERS
-from rlid.models import MODEL_SIZES
+from rlid.names import MODEL_SIZE_NAMES
+
+CHECKPOINT_EVERY = 200
+"""Steps between the saved states of a resumable build (``rlid pretrain --checkpoint-every``)."""
 
 DEFAULT_ENVS = ("keydoor", "crafting", "tw-coin_collector")
 
@@ -145,8 +148,8 @@ class PretrainConfig:
             parse_env_entry(entry)  # unknown ids and options fail listing the valid ones
         parse_alphabet(self.labels)  # a bad spec fails naming the valid forms
 
-        if self.size not in MODEL_SIZES:
-            raise ValueError(f"size must be one of {sorted(MODEL_SIZES)}, got {self.size!r}")
+        if self.size not in MODEL_SIZE_NAMES:
+            raise ValueError(f"size must be one of {sorted(MODEL_SIZE_NAMES)}, got {self.size!r}")
         if self.memory not in MEMORY_PROVIDERS:
             raise ValueError(
                 f"memory must be one of {sorted(MEMORY_PROVIDERS)}, got {self.memory!r}"

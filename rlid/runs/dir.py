@@ -32,13 +32,54 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlid.runs.files import append_line, atomic_write_text, remove_leftovers, staged_dir
+from rlid.runs.files import (
+    LinkRefusedError,
+    append_line,
+    atomic_write_text,
+    link_message,
+    remove_leftovers,
+    staged_dir,
+    write_errors_as_os_errors,
+)
+from rlid.runs.integrity import (
+    FILES,
+    check_state_record,
+    file_digests,
+    seal,
+    unseal,
+    verify_files,
+)
 from rlid.runs.lock import LOCK_NAME
 from rlid.runs.state import load_state, materialize, save_state
 
 CHECKPOINT = "checkpoint"
 TRAINER_STATE = "trainer_state"  # .safetensors (tensors) + .json (the rest)
 _STAGING = ".checkpoint."  # a save is staged under it; a resume removes what a killed one left
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "summary.md", "curves.png", LOCK_NAME)
+"""The files rlid reads or writes at the top of a run directory (besides checkpoints and
+the trackers' directories, ``rlid.runs.trackers``)."""
+_TRACKER_DIRS = ("tensorboard", "mlruns")  # written by those packages, followed by them
+
+
+def refuse_run_links(run_dir: Path) -> None:
+    """Refuse a symbolic link where rlid reads or writes in ``run_dir``: its files, the
+    trackers' directories, and anything in a checkpoint (``checkpoint``, ``checkpoint-N``,
+    a save's staging directories). ``run_dir`` itself may be a link.
+
+    Raises :class:`rlid.runs.files.LinkRefusedError` naming the first link found.
+    """
+    run_dir = Path(run_dir)
+    names = (*RUN_FILES, *_TRACKER_DIRS)
+    for path in sorted(run_dir.iterdir()) if run_dir.is_dir() else []:
+        checkpoint = path.name == CHECKPOINT or path.name.startswith((f"{CHECKPOINT}-", _STAGING))
+        if path.is_symlink() and (path.name in names or checkpoint):
+            raise LinkRefusedError(link_message(path))
+        if checkpoint and path.is_dir():
+            for inner in sorted(path.rglob("*")):  # rglob lists links, never enters them
+                if inner.is_symlink():
+                    raise LinkRefusedError(link_message(inner))
 
 
 def _jsonable(value: Any) -> Any:
@@ -55,23 +96,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
+def write_json(path: Path, data: Any, *, sealed: bool = False) -> None:
+    """Write ``data`` as JSON atomically; ``sealed``: with the sha256 of its content
+    (:func:`rlid.runs.integrity.seal`), for a record rlid reads back."""
+    data = _jsonable(data)
+    if sealed:
+        data = seal(data)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a corrupt one is a ValueError naming the file."""
+def read_json(path: Path, *, sealed: bool = False) -> Any:
+    """Parse a JSON file; a corrupt one is a ValueError naming the file. ``sealed``:
+    check and drop the record's sha256 (:func:`rlid.runs.integrity.unseal`)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is corrupt (not valid JSON: {err})") from None
-
-
-def is_empty_dir(path: Path) -> bool:
-    """No files in ``path`` other than a lock file (or ``path`` does not exist)."""
-    path = Path(path)
-    return not path.exists() or all(p.name == LOCK_NAME for p in path.iterdir())
+    return unseal(data, path) if sealed else data
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -136,6 +178,7 @@ def save_checkpoint(
     rng_states: list[dict[str, Any]] | None = None,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    records: dict[str, str] | None = None,
 ) -> Path:
     """Write ``DIR/checkpoint`` atomically: a temp directory renamed over the old one.
 
@@ -144,12 +187,13 @@ def save_checkpoint(
     ``rng_states``: every process's RNG state in rank order (default: this one's).
     ``model_state`` / ``optimizer_state``: full state dicts to write instead of the
     model's and optimizer's own (a sharded model gathers them first); the files are
-    the same either way.
+    the same either way. ``records``: text files kept in the checkpoint by name (the
+    run's history, :mod:`rlid.runs.history`).
     """
     run_dir = Path(run_dir)
     final = run_dir / CHECKPOINT
     old = run_dir / f"{_STAGING}old.{os.getpid()}"  # found by recover_checkpoint_dir
-    with staged_dir(final, prefix=_STAGING, aside=old) as tmp:
+    with write_errors_as_os_errors(final), staged_dir(final, prefix=_STAGING, aside=old) as tmp:
         given = {"state_dict": model_state} if model_state is not None else {}
         model.save_pretrained(tmp / "model", safe_serialization=True, **given)
         tokenizer.save_pretrained(tmp / "model")
@@ -163,7 +207,11 @@ def save_checkpoint(
             tmp / TRAINER_STATE,
             {"optimizer": optim, "rng": ranks[0], "rng_ranks": ranks},
         )
-        (tmp / "state.json").write_text(json.dumps(_jsonable(state), indent=2, sort_keys=True))
+        for name, text in (records or {}).items():
+            (tmp / name).write_text(text)
+        # the sha256 of every file, checked before the checkpoint is trusted again
+        record = seal({**_jsonable(state), FILES: file_digests(tmp)})
+        (tmp / "state.json").write_text(json.dumps(record, indent=2, sort_keys=True))
     if old.exists():
         _retire_checkpoint(run_dir, old, keep)
     return final
@@ -204,6 +252,26 @@ def recover_checkpoint_dir(run_dir: Path, *, tidy: bool = False) -> Path | None:
     if tidy:
         remove_leftovers(run_dir, _STAGING)
     return final if (final / "state.json").exists() else None
+
+
+def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's ``state.json``, checked: its own sha256, its fields, and the
+    sha256 of every file it lists (:mod:`rlid.runs.integrity`; a checkpoint written by
+    an earlier version lists none). Raises ``ValueError`` naming the file that does not match."""
+    path = Path(ckpt) / "state.json"
+    for attempt in range(3):
+        text = path.read_bytes()
+        state = check_state_record(read_json(path, sealed=True), path)
+        try:
+            verify_files(Path(ckpt), state.get(FILES, {}), record=path)
+        except ValueError:
+            # a training run alongside (eval and export take no lock) may have swapped
+            # in its next checkpoint meanwhile: then check that one instead
+            if attempt == 2 or not path.is_file() or path.read_bytes() == text:
+                raise
+            continue
+        return state
+    raise AssertionError("unreachable")
 
 
 def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str, Any]:

@@ -8,17 +8,116 @@ so a run directory shared with other people stays readable by them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import io
 import os
+import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+class LinkRefusedError(ValueError):
+    """A path inside a run or output directory is a symbolic link (or a file with other
+    names): rlid neither follows nor writes through one there, which would read or write
+    outside the directory."""
+
+
+def link_message(path: Path) -> str:
+    """One line saying that ``path`` is a link rlid will not follow, and what to do."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (
+        f"{path} is a symbolic link{target}; rlid does not follow links inside a run or "
+        "output directory (they would make it read or write outside it): remove the link, "
+        "or put the file itself there"
+    )
+
+
+def refuse_link(path: Path) -> None:
+    """Raise :class:`LinkRefusedError` when ``path`` is a symbolic link (dangling or not)."""
+    if Path(path).is_symlink():
+        raise LinkRefusedError(link_message(Path(path)))
+
+
+def refuse_links_below(root: Path, path: Path) -> None:
+    """Refuse a symbolic link in ``path`` below ``root`` (``root`` itself may be one: a
+    directory the user named as a link keeps working).
+
+    >>> refuse_links_below(Path("/tmp"), Path("/tmp"))  # nothing below the root
+    """
+    root, path = Path(root), Path(path)
+    for part in path.relative_to(root).parts:
+        root = root / part
+        refuse_link(root)
+
+
+def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` for a file that rlid writes in place (a lock, an appended log).
+
+    Never through a symbolic link (``O_NOFOLLOW``), and only a regular file with no
+    other name (a hard link would carry the write to a file outside the directory):
+    else :class:`LinkRefusedError`. Returns the descriptor.
+    """
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags | nofollow | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP or (nofollow == 0 and Path(path).is_symlink()):
+            raise LinkRefusedError(link_message(Path(path))) from None
+        raise
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file"
+    elif info.st_nlink > 1:
+        problem = f"has {info.st_nlink - 1} other name(s) (a hard link)"
+    if problem is not None:
+        os.close(fd)
+        raise LinkRefusedError(
+            f"{path} {problem}; rlid writes only files of its own inside a run or output "
+            "directory (else it would write outside it): remove it"
+        )
+    return fd
+
+
+def os_error_of(err: BaseException, path: Path | str | None = None) -> OSError | None:
+    """The operating-system error inside a library's own error type, as an ``OSError``
+    naming ``path``; None if there is none. safetensors reports a full disk as
+    ``SafetensorError("... No space left on device (os error 28)")``, which would
+    otherwise read as a corrupt file.
+
+    >>> os_error_of(ValueError("I/O error: No space left on device (os error 28)"), "x").errno
+    28
+    """
+    match = re.search(r"\(os error (\d+)\)|Os \{ code: (\d+)", str(err))
+    if match is None:
+        return None
+    code = int(match.group(1) or match.group(2))
+    return OSError(code, os.strerror(code), None if path is None else str(path))
+
+
+@contextmanager
+def write_errors_as_os_errors(path: Path) -> Iterator[None]:
+    """A write error that safetensors wraps in its own type, raised as the ``OSError`` it
+    is, naming ``path`` (a full disk: "No space left on device: PATH", not "a corrupt
+    file")."""
+    try:
+        yield
+    except Exception as err:
+        error = os_error_of(err, path) if type(err).__name__ == "SafetensorError" else None
+        if error is None:
+            raise
+        raise error from None
 
 
 def umask() -> int:
@@ -80,6 +179,7 @@ def staged_dir(
     falls back to ``aside``.
     """
     final = Path(final)
+    refuse_link(final)  # callers resolve a link the user named (resolve_link) first
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(final.parent, prefix or f".{final.name}.tmp-")
     swapped = False
@@ -92,7 +192,7 @@ def staged_dir(
             if aside is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
-                shutil.rmtree(aside, ignore_errors=True)
+                remove_path(aside)
                 os.replace(tmp, aside)
             fsync_dir(final.parent)
             return
@@ -100,7 +200,7 @@ def staged_dir(
         if final.exists():
             if old is None:
                 old = final.parent / f".{final.name}.old-{uuid.uuid4().hex}"
-            shutil.rmtree(old, ignore_errors=True)
+            remove_path(old)
             os.replace(final, old)
         os.replace(tmp, final)
         fsync_dir(final.parent)
@@ -115,14 +215,26 @@ def staged_dir(
 def remove_leftovers(parent: Path, prefix: str, *, keep: tuple[str, ...] = ()) -> list[Path]:
     """Remove what writers killed mid-write (kill -9, OOM, power) left in ``parent``:
     staging directories named ``prefix`` + anything, except the names in ``keep``.
-    Call it only while holding the lock of whatever writes there. Returns the removed."""
+    Call it only while holding the lock of whatever writes there. A link with such a
+    name is removed (not followed). Returns the removed."""
     removed = []
     for path in sorted(Path(parent).glob(f"{prefix}*")):
-        if path.name in keep or path.is_symlink() or not path.is_dir():
+        if path.name in keep or not (path.is_dir() or path.is_symlink()):
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        remove_path(path)  # a link there is removed, never followed
         removed.append(path)
     return removed
+
+
+def remove_path(path: Path) -> None:
+    """Remove ``path`` if it is there: a link or file is unlinked (a link's target is
+    never touched), a directory removed with its contents; errors are ignored."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def fsync_dir(path: Path) -> None:
@@ -219,11 +331,13 @@ def append_line(path: Path, line: str) -> None:
     """Append one line and fsync it: O(line) per call, unlike rewriting the file.
 
     A kill mid-append can leave a torn last line; readers skip a last line that does
-    not end in a newline, and a resume rewrites the file up to its checkpoint.
+    not end in a newline, and a resume rewrites the file up to its checkpoint. A link
+    in ``path``'s place is refused (:func:`open_own_file`).
     """
     if "\n" in line:
         raise ValueError("append_line writes exactly one line")
-    with open(path, "a", encoding="utf-8") as fh:
+    fd = open_own_file(Path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with open(fd, "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())
@@ -235,3 +349,12 @@ def save_figure(fig: Any, path: Path, *, dpi: int) -> Path:
     fig.savefig(buf, format="png", dpi=dpi)
     atomic_write_bytes(Path(path), buf.getvalue())
     return Path(path)
+
+
+def new_figure(**kwargs: Any) -> Any:
+    """A matplotlib ``Figure`` (the object API: no pyplot, so the caller's backend is left
+    alone, e.g. in a notebook); :func:`save_figure` renders it to PNG."""
+    # lazy: matplotlib takes a while to import, and only writing a plot needs it
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)

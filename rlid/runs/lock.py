@@ -8,12 +8,17 @@ behind by a dead process is taken over with a notice. Within one process a new
 lock on the same directory takes over from the previous one (a run that raised
 and is resumed in the same interpreter), and the previous holder can write no more.
 
+The lock file is never opened through a symbolic link or written while it has other
+names (:func:`rlid.runs.files.open_own_file`): a link planted there is refused, not
+followed to the file it names.
+
 ``flock`` is only as good as the filesystem: on network filesystems that do not
 implement it, two hosts are not kept apart.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -25,9 +30,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlid.runs.files import open_own_file
+
 LOCK_NAME = ".rlid.lock"
 
 _HELD: dict[str, RunLock] = {}  # resolved lock path -> holder in this process
+
+
+def release_all() -> None:
+    """Release every lock this process holds, clearing their records (the CLI calls it
+    on every exit, error or signal included, so the next run finds no stale holder;
+    it also runs at interpreter exit)."""
+    for lock in list(_HELD.values()):
+        with contextlib.suppress(Exception):
+            lock.release()
+
+
+atexit.register(release_all)
 
 
 _RETAKES = 5  # attempts when the lock file is removed under us (see acquire)
@@ -89,9 +108,13 @@ def recorded_holder(directory: Path) -> dict[str, Any] | None:
     (its liveness cannot be seen here).
     """
     try:
-        raw = (Path(directory) / LOCK_NAME).read_bytes()[:4096]
+        fd = os.open(Path(directory) / LOCK_NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            raw = os.pread(fd, 4096, 0)
+        finally:
+            os.close(fd)
         info = json.loads(raw.decode()) if raw.strip() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # a link there is no record (ELOOP)
         return None
     if not isinstance(info, dict) or not info.get("pid"):
         return None
@@ -144,8 +167,8 @@ class RunLock:
                 raise RunLockedError(f"{self.directory}: it or its lock file keeps being removed")
             if create:
                 self.directory.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:  # never through a link: the record is truncated and written in place
+                fd = open_own_file(self.path, os.O_RDWR | os.O_CREAT)
             except FileNotFoundError:
                 if not create:
                     raise
@@ -262,3 +285,9 @@ class RunLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
             self._close()
+
+
+def is_empty_dir(path: Path) -> bool:
+    """No files in ``path`` other than a lock file (or ``path`` does not exist)."""
+    path = Path(path)
+    return not path.exists() or all(p.name == LOCK_NAME for p in path.iterdir())

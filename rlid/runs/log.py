@@ -29,10 +29,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+import envs as envs_pkg
+from menus import Interface
 from rlid.budget import Budget
 from rlid.config import TrainConfig
 from rlid.runs import dir as rundir
-from rlid.runs.lock import RunLock
+from rlid.runs import history
+from rlid.runs.files import refuse_link
+from rlid.runs.lock import LOCK_NAME, RunLock, is_empty_dir
 from rlid.runs.pin import check_pin
 from rlid.runs.software import software_record
 from rlid.runs.state import LEGACY_NAME, legacy_message
@@ -75,12 +79,13 @@ def read_run_config(path: Path) -> tuple[TrainConfig, dict[str, Any]]:
     """``(config, raw config.json)`` of a run directory, checked against its fingerprint."""
     path = Path(path)
     cfg_path = path / "config.json"
+    refuse_link(cfg_path)
     if not cfg_path.is_file():
         raise FileNotFoundError(
             f"{path} is not a run directory (no config.json); "
             "give the --out directory of an `rlid train` run"
         )
-    raw = rundir.read_json(cfg_path)
+    raw = rundir.read_json(cfg_path, sealed=True)
     try:
         config = TrainConfig.from_record(raw["config"])
     except (KeyError, ValueError, TypeError) as err:
@@ -178,8 +183,7 @@ class RunLog:
             if not writer:  # several processes: rank 0 holds the lock and writes
                 resuming = (path / rundir.CHECKPOINT / "state.json").exists()
                 log = cls(path, saved, resuming=resuming, writer=False, pins=pins)
-                log.metrics = rundir.read_metrics(path) if resuming else []
-                return log
+                return log  # its rows are read by restore
             lock = RunLock(path, "rlid train --resume").acquire()
             try:
                 return cls._open_resume(path, lock, pins)
@@ -191,30 +195,28 @@ class RunLog:
         if not writer:  # rank 0 checks and creates the directory
             return cls(path, config, resuming=False, writer=False, pins=pins)
         check_writable_dir(path)
-        if not rundir.is_empty_dir(path):
-            raise ValueError(
-                f"{path} already holds files; resume it with `rlid train --resume {path}` "
-                "or choose another --out"
-            )
+        if not is_empty_dir(path):
+            raise ValueError(_occupied(path))
         return cls(path, config, resuming=False, pins=pins)
 
     @classmethod
     def _open_resume(
         cls, path: Path, lock: RunLock, pins: Callable[[str], dict[str, Any]] | None
     ) -> RunLog:
+        rundir.refuse_run_links(path)  # before anything in it is read or written
         saved, raw = read_run_config(path)  # again, now that no one else can write
         ckpt = rundir.recover_checkpoint_dir(path, tidy=True)  # the lock is held
         if ckpt is None:
             _refuse_restart_without_checkpoint(path, saved)
         else:
             check_checkpoint(ckpt, saved)
-        needs_start_model = saved.lora_rank > 0 or saved.kl_coef > 0 or saved.beta > 0
+        needs_start_model = (
+            saved.lora_rank > 0 or saved.kl_coef > 0 or getattr(saved, "beta", 0.0) > 0
+        )  # LoRA base, KL reference (decision / scoring: kl_coef; token: beta)
         recorded = raw.get("start_model")
         if ckpt is not None and needs_start_model and recorded and pins is not None:
             check_pin(recorded, pins(str(recorded["model"])), path)
-        log = cls(path, saved, resuming=ckpt is not None, lock=lock, pins=pins)
-        log.metrics = rundir.read_metrics(path) if log.resuming else []
-        return log
+        return cls(path, saved, resuming=ckpt is not None, lock=lock, pins=pins)  # rows: restore
 
     def start(self) -> None:
         """Take the lock (new run) and write config.json (call once setup has succeeded)."""
@@ -224,15 +226,13 @@ class RunLog:
         if self._lock is None:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock(self.path, "rlid train").acquire()
-            if not rundir.is_empty_dir(self.path):  # another run got here first
+            if not is_empty_dir(self.path):  # another run got here first
                 self.close()
-                raise ValueError(
-                    f"{self.path} already holds files; resume it with "
-                    f"`rlid train --resume {self.path}` or choose another --out"
-                )
+                raise ValueError(_occupied(self.path))
             rundir.write_json(
                 self.path / "config.json",
-                {
+                sealed=True,
+                data={
                     "config": self.config.to_dict(),
                     "fingerprint": config_fingerprint(self.config),
                     "start_model": self._pin(),
@@ -245,10 +245,10 @@ class RunLog:
             # the starting model is pinned as it is loaded now (and the code that runs)
             self._lock.check()
             rundir.write_metrics(self.path, [])
-            raw = rundir.read_json(self.path / "config.json")
+            raw = rundir.read_json(self.path / "config.json", sealed=True)
             raw["start_model"] = self._pin()
             raw["software"] = software_record()
-            rundir.write_json(self.path / "config.json", raw)
+            rundir.write_json(self.path / "config.json", raw, sealed=True)
 
     def _pin(self) -> dict[str, Any]:
         model = str(self.config.model)
@@ -262,7 +262,7 @@ class RunLog:
         if last == now:
             return
         raw["resumed_with"] = [*resumes, {"after_iteration": iteration, "software": now}]
-        rundir.write_json(self.path / "config.json", raw)
+        rundir.write_json(self.path / "config.json", raw, sealed=True)
 
     def close(self) -> None:
         """Release the directory's lock (``finish`` does this; also safe to call twice)."""
@@ -320,6 +320,10 @@ class RunLog:
                 if not _is_finite(param.detach()):
                     self._stop_non_finite(iteration, f"{what} parameter {name}", "NaN/inf")
         extra = {"value_head": value_head} if value_head is not None else {}
+        # the history up to this iteration, from which a resume can rebuild it
+        records = {history.METRICS: history.rows_text(self.metrics)}
+        if (self.path / history.EVALS).is_file():
+            records[history.EVALS] = (self.path / history.EVALS).read_text()
         state = {
             "iteration": iteration,
             "budget": budget.to_dict(),
@@ -330,6 +334,7 @@ class RunLog:
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
             rng_states=rng_states, model_state=model_state, optimizer_state=optimizer_state,
+            records=records,
         )  # fmt: skip
 
     def _stop_non_finite(self, iteration: Any, what: str, value: Any) -> None:
@@ -369,7 +374,7 @@ class RunLog:
         rank, size = (world.rank, world.size) if world is not None else (0, 1)
         ckpt = self.path / rundir.CHECKPOINT
         state = rundir.read_json(ckpt / "state.json")
-        raw = rundir.read_json(self.path / "config.json")
+        raw = rundir.read_json(self.path / "config.json", sealed=True)
         known = _written_fingerprints(self.config, raw)
         known |= {h.get("fingerprint") for h in raw.get("history", [])}
         if state.get("fingerprint") not in known:
@@ -404,8 +409,10 @@ class RunLog:
             setattr(budget, name, getattr(restored, name))
         self.checkpoint_wall = budget.wall_time
         iteration = int(state["iteration"])
-        self.metrics = [m for m in self.metrics if m["iteration"] <= iteration]
+        # rows 1..iteration, rebuilt from the checkpoint's copy if the file lost any
+        self.metrics = history.resumed_metrics(self.path, ckpt, iteration, writer=self.writer)
         if self.writer:
+            history.resume_evals(self.path, ckpt)
             rundir.write_metrics(self.path, self.metrics)
             self._record_resuming_software(raw, iteration)
         return iteration
@@ -436,16 +443,16 @@ class RunLog:
 
     def has_eval(self, key: str) -> bool:
         path = self.path / "eval.json"
-        return path.exists() and key in rundir.read_json(path)
+        return path.exists() and key in rundir.read_json(path, sealed=True)
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
         if not self.writer:
             return
         self._check_writer()
         path = self.path / "eval.json"
-        data = rundir.read_json(path) if path.exists() else {}
+        data = rundir.read_json(path, sealed=True) if path.exists() else {}
         data.update(entries)
-        rundir.write_json(path, data)
+        rundir.write_json(path, data, sealed=True)
 
     def progress_bar(self, config: TrainConfig, budget: Budget, *, enabled: bool) -> _Bar:
         currency = config.budget_currency
@@ -464,10 +471,30 @@ class RunLog:
 
 
 # ------------------------------------------------------------------------- resume checks
+def _occupied(path: Path) -> str:
+    """Why a new run refuses ``path``: a run to resume, or someone else's files."""
+    if (path / "config.json").is_file():
+        return (
+            f"{path} already holds files; resume it with `rlid train --resume {path}` or "
+            "choose another --out"
+        )
+    names = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (
+        f"{path} already holds files ({shown}) and is not a run directory (no config.json); "
+        "choose another --out, or empty it"
+    )
+
+
 def check_writable_dir(path: Path) -> None:
     """Fail early (before any model loads) when ``path`` cannot become a run directory."""
 
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise FileNotFoundError(
+            f"--out {path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+            "create that directory, or give another --out"
+        )
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "--out is a file, not a directory", str(path))
     parent = path
@@ -479,10 +506,12 @@ def check_writable_dir(path: Path) -> None:
         raise PermissionError(errno.EACCES, "cannot write under this directory", str(parent))
 
 
-def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
-    """Every piece of a checkpoint is there (readability is checked as it loads)."""
+def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume") -> None:
+    """Every piece of a checkpoint is there, as it was written (sha256); ``action``: what
+    the checkpoint is read for, as messages say it (resume, evaluate, export)."""
 
     ckpt = Path(ckpt)
+    rundir.refuse_run_links(ckpt.parent)  # nothing read through a link (eval, export too)
     if (ckpt / LEGACY_NAME).exists() and not (ckpt / f"{rundir.TRAINER_STATE}.json").exists():
         raise ValueError(legacy_message(ckpt))
     model_dir = ckpt / "model"
@@ -497,11 +526,20 @@ def check_checkpoint(ckpt: Path, config: TrainConfig) -> None:
         needed.append(model_dir / "*.safetensors")
     missing = [str(p.relative_to(ckpt)) for p in needed if not p.exists()]
     if missing:
+        never = " A run is never silently restarted from iteration 1" if action == "resume" else ""
         raise ValueError(
-            f"cannot resume: the checkpoint in {ckpt} is incomplete (missing: "
-            f"{', '.join(missing)}); restore those files, or start a new run. A run is "
-            "never silently restarted from iteration 1"
+            f"cannot {action}: the checkpoint in {ckpt} is incomplete (missing: "
+            f"{', '.join(missing)}); restore those files, or start a new run.{never}"
         )
+    rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
+
+
+def _readable_json(path: Path) -> Any:
+    """A sealed JSON record, or None when it is missing or damaged."""
+    try:
+        return rundir.read_json(path, sealed=True) if path.is_file() else None
+    except ValueError:
+        return None
 
 
 def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
@@ -525,7 +563,8 @@ def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:
 
 
 def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[Any]]:
-    """Apply config values given together with ``--resume`` to the run in ``path``.
+    """Apply config values given together with ``--resume`` to the run in ``path``
+    (``interface`` / ``env_options``: only the fields given, :func:`resume_changes`).
 
     Values equal to the run's are fine. Of the rest, only :data:`RESUME_CHANGEABLE`
     fields may change (a larger ``steps`` extends a finished run: its final
@@ -534,7 +573,9 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
     checkpoints stay loadable. Returns ``{field: [old, new]}`` of what changed.
     """
     path = Path(path)
+    changes = resume_changes(path, changes)
     with RunLock(path, "rlid train --resume (config change)"):
+        rundir.refuse_run_links(path)
         config, raw = read_run_config(path)
         current = config.to_dict()
         full = {k: getattr(config, k) for k in config.__dataclass_fields__}
@@ -565,15 +606,35 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
             "fingerprint": raw.get("fingerprint") or config_fingerprint(config),
         }
         eval_path = path / "eval.json"
-        if "steps" in diff and eval_path.exists():
-            evals = rundir.read_json(eval_path)
-            if "after" in evals:  # the extended run gets its own final evaluation
-                entry["previous_after"] = evals.pop("after")
-                rundir.write_json(eval_path, evals)
+        # (a damaged eval.json is left to the resume, which rebuilds it from the checkpoint)
+        evals = _readable_json(eval_path) if "steps" in diff else None
+        if isinstance(evals, dict) and "after" in evals:  # the extension evaluates anew
+            entry["previous_after"] = evals.pop("after")
+            rundir.write_json(eval_path, evals, sealed=True)
         raw.update(config=new.to_dict(), fingerprint=config_fingerprint(new))
         raw["history"] = [*raw.get("history", []), entry]
-        rundir.write_json(path / "config.json", raw)
+        rundir.write_json(path / "config.json", raw, sealed=True)
     for key, (old, value) in diff.items():
         print(f"note: {path}: {key} {old} -> {value} (recorded in config.json history)",
               file=sys.stderr)  # fmt: skip
     return diff
+
+
+def resume_changes(run_dir: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """Values given with ``--resume`` (``interface`` / ``env_options``: the fields given)
+    as whole TrainConfig fields of the saved run; ``--env-option`` strings that resolve to
+    the saved options count as unchanged."""
+    saved, _ = read_run_config(run_dir)
+    changes = dict(given)
+    if isinstance(changes.get("interface"), dict):  # the fields given; an Interface: whole
+        changes["interface"] = Interface.from_dict(
+            {**saved.interface.to_dict(), **changes["interface"]}
+        )
+    if "env_options" in changes:
+        options = {**saved.env_options, **changes["env_options"]}
+        if options != saved.env_options:  # --env-option values are strings: compare resolved
+            spec = envs_pkg.get_spec(saved.env)
+            if spec.resolve(options) == spec.resolve(saved.env_options):
+                options = saved.env_options
+        changes["env_options"] = options
+    return changes

@@ -72,6 +72,37 @@ class RunStopped(Exception):
         return 128 + self.signum
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a block that defers it (:class:`StopSignals`): raised like
+    ``KeyboardInterrupt`` for Ctrl-C, so ``finally`` blocks and the CLI's handler run
+    (one line, exit 143, the lock record cleared) instead of the process vanishing."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def terminate_by_exception() -> Any:
+    """Make SIGTERM raise :class:`Terminated` (main thread only); returns the handler it
+    replaces (``None`` where none was installed), for :func:`restore_sigterm`."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def restore_sigterm(previous: Any) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def signal_name(signum: int) -> str:
     """How a stop names its signal: ``Ctrl-C`` for SIGINT, else ``SIGTERM`` etc."""
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -133,6 +164,9 @@ class StopSignals:
             print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
+            # the default action, even where the handler restored above would raise
+            # Terminated (the CLI's): at once, also in the middle of a native call
+            signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
             return
         self.signum, self._first_at = signum, time.monotonic()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlid.runs import dir as rundir
-from rlid.runs.files import save_figure
+from rlid.runs.files import new_figure, save_figure
 from rlid.runs.software import describe_software
 
 CURVE_PANELS = (
@@ -35,19 +35,15 @@ def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
     """``curves.png``: one panel per logged quantity against env steps.
 
-    Uses matplotlib's object API with the Agg canvas: the caller's pyplot backend is
+    Uses matplotlib's object API (:func:`rlid.runs.files.new_figure`): the caller's pyplot backend is
     left alone (training inside a notebook does not switch it).
     """
     if not metrics:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     panels = [(k, t) for k, t in CURVE_PANELS if _series(metrics, k)[0]]
     cols = 4
     rows = (len(panels) + cols - 1) // cols
-    fig = Figure(figsize=(4 * cols, 3 * rows))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(4 * cols, 3 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels):
         xs, ys = _series(metrics, key)
@@ -68,10 +64,12 @@ def _fmt(value: Any) -> str:
 
 
 _ORIGINS = {
-    "warm": "warm-started tiny model (language-model pretraining on random-play "
+    "shipped": "the shipped warm start (the tiny model taught by the menus' marks on "
+    "training games; rlid/data/start/manifest.json says how it was built)",
+    "warm": "the random-play warm start (language-model pretraining on random-play "
     "transcripts: it reads menus and writes commands, but knows no task)",
     "fresh": "**fresh random initialisation** of the tiny model, not warm-started "
-    "(expect slow or no learning; `--model tiny` is the warm-started one)",
+    "(expect slow or no learning; `--model tiny` is the shipped warm start)",
     "local": "local Hugging Face model directory",
 }
 

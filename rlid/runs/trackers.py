@@ -91,6 +91,7 @@ class TensorBoardTracker:
     """Event files in ``log_dir`` (torch's SummaryWriter); the step is rounded to an int."""
 
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        # optional dependency: tensorboard (the tensorboard extra)
         from torch.utils.tensorboard import SummaryWriter
 
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
@@ -108,6 +109,7 @@ class WandbTracker:
     """A W&B run, offline unless ``WANDB_MODE`` says otherwise; x-axis = the budget key."""
 
     def __init__(self, run_dir: Path, name: str, config: dict[str, Any], step_key: str) -> None:
+        # optional dependency: wandb (the wandb extra)
         import wandb
 
         os.environ.setdefault("WANDB_MODE", "offline")
@@ -131,6 +133,7 @@ class MlflowTracker:
     """An MLflow run in ``RUN/mlruns`` (a local file store) unless ``MLFLOW_TRACKING_URI`` is set."""
 
     def __init__(self, run_dir: Path, name: str, params: dict[str, Any]) -> None:
+        # optional dependency: mlflow (the mlflow extra)
         import mlflow
 
         self._mlflow = mlflow

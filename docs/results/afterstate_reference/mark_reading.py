@@ -22,8 +22,8 @@ import torch
 import envs
 from envs.outcome import best_rows
 from menus import Interface
-from rlid.models import load_policy_model
 from rlid.policy import DecisionPolicy
+from rlid.starts import load_policy_model
 
 GAMES, STEPS = 12, 20
 SUITE = Path(__file__).resolve().parents[1] / "recipe_pilots" / "suite.toml"

@@ -21,8 +21,8 @@ import torch
 
 import envs
 from menus import Interface
-from rlid.models import load_policy_model
 from rlid.policy import DecisionPolicy
+from rlid.starts import load_policy_model
 
 GAMES, STEPS, AZ = 8, 6, 26
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 import torch
 
 from rlid.compare.parse import load_compare_config
-from rlid.models import load_policy_model
 from rlid.planes import get_plane
+from rlid.starts import load_policy_model
 from rlid.trainer import evaluate, make_envs
 
 torch.set_num_threads(1)

@@ -26,8 +26,8 @@ import envs
 from menus import make_memory
 from rlid.compare.config import build_train_config
 from rlid.compare.parse import load_compare_config
-from rlid.models import load_policy_model
 from rlid.planes import get_plane
+from rlid.starts import load_policy_model
 
 
 def main(

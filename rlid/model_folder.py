@@ -1,0 +1,105 @@
+"""A model folder is untrusted input: what rlid checks before (and right after) loading one.
+
+Loading a Hugging Face folder can run code in two ways: a ``config.json`` or
+``tokenizer_config.json`` whose ``auto_map`` names Python files shipped in the folder
+(transformers runs them when asked to trust remote code, and on a terminal asks
+whether to), and pickle weight files (``pytorch_model.bin``, ``*.pt``), which run code
+when unpickled. rlid loads with ``trust_remote_code=False`` and safetensors weights
+only, and refuses such folders up front with one line each, naming the field or file,
+instead of a prompt or a transformers message that recommends an unsafe switch.
+The other checks turn a malformed folder into one line: ``config.json`` that is not a
+JSON object, no tokenizer files, non-finite weights.
+
+>>> check_model_folder(Path("checkpoint/model"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CUSTOM_CODE_FIELDS = ("auto_map",)
+"""Config fields through which a folder asks transformers to import its own Python code."""
+CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+"""Any one of them (or another ``*.model`` / ``vocab*`` file) lets a tokenizer be built,
+with ``tokenizer_config.json`` beside it."""
+
+
+class UntrustedModelError(ValueError):
+    """A model folder rlid will not load (custom code, pickle weights, malformed)."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A JSON object file of a model folder; anything else is one line naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise UntrustedModelError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UntrustedModelError(
+            f"{path} holds a JSON {type(data).__name__}, not the object (mapping of fields) "
+            "a model config is"
+        )
+    return data
+
+
+def check_model_folder(path: Path, *, adapters: bool = False) -> None:
+    """Refuse a folder whose loading would run its code or read pickles, or that cannot
+    load (see the module docstring). ``adapters``: a LoRA adapter folder (weights
+    ``adapter_model.safetensors``, no tokenizer needed)."""
+    path = Path(path)
+    for name in CONFIG_FILES:
+        if not (path / name).is_file():
+            continue
+        config = read_config(path / name)
+        for field in CUSTOM_CODE_FIELDS:
+            if config.get(field):
+                raise UntrustedModelError(
+                    f"{path / name} asks for custom code ({field!r}: Python files shipped "
+                    "with the model); rlid never runs code from a model folder: use a model "
+                    "of an architecture transformers has built in, or remove the field if "
+                    "the built-in class is meant"
+                )
+    files = sorted(p.name for p in path.iterdir() if p.is_file())
+    if not any(name.endswith(".safetensors") for name in files):
+        pickles = [name for name in files if name.endswith(PICKLE_SUFFIXES)]
+        if pickles:
+            raise UntrustedModelError(
+                f"{path} holds its weights only as {', '.join(pickles[:3])} (pickle, which "
+                "can run code when loaded); rlid loads safetensors weights only: where you "
+                "trust the source, save the model with save_pretrained(DIR, "
+                "safe_serialization=True) and pass DIR"
+            )
+        raise UntrustedModelError(f"{path} holds no weights (*.safetensors)")
+    vocabulary = [
+        n for n in files if n in TOKENIZER_FILES or n.endswith(".model") or n.startswith("vocab")
+    ]
+    if not adapters and not vocabulary:
+        raise UntrustedModelError(
+            f"{path} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): copy "
+            "them from where the model came from"
+        )
+
+
+def check_finite_weights(model: Any, where: Path | str) -> None:
+    """Refuse a loaded model with a NaN or infinite weight (it would train or play on
+    NaN probabilities), naming the folder and the first such tensor."""
+
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise UntrustedModelError(
+                    f"the weights in {where} are not finite ({name} holds NaN or infinite "
+                    "values): restore them from a copy, or start from another model"
+                )
+
+
+def first_line(err: BaseException) -> str:
+    """The first non-empty line of an error's message (transformers' run to several)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
