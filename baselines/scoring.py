@@ -163,6 +163,7 @@ class ScoringPolicy:
             encoded, memory_texts = fit_to_context(
                 encode_step, memory_texts, context_limit(self.model), self.interface,
                 self.budget, length=lambda e: len(e[0]) + max(map(len, e[1]), default=0),
+                lists=True,
             )  # fmt: skip
             prompt_ids = [ids for ids, _ in encoded]
             completions = [conts for _, conts in encoded]

@@ -111,7 +111,9 @@ class TokenPolicy:
 
         limit = context_limit(self.model)  # the completion needs room after the prompt
         room = None if limit is None else limit - self.max_new_tokens
-        return fit_to_context(encode_step, memory_texts, room, self.interface, self.budget)[0]
+        return fit_to_context(
+            encode_step, memory_texts, room, self.interface, self.budget, lists=True
+        )[0]
 
     def act(
         self,

@@ -22,11 +22,13 @@ from typing import Any, Literal
 from menus.labels import parse_alphabet
 from menus.memory import MEMORY_PROVIDERS
 from menus.menu import OVERFLOW_POLICIES
+from menus.tree import GROUPINGS
 
 MemoryKind = Literal["none", "last_k", "structured"]
 Template = Literal["auto", "plain", "chat"]
 TEMPLATES: tuple[str, ...] = ("auto", "plain", "chat")
 LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "shorten")
+LEGAL_LISTS: tuple[str, ...] = ("all", "groups")
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,11 @@ class Interface:
     """Give the token plane the list of legal actions (without labels)."""
     show_afterstates_to_token_plane: bool = False
     """Also give the token plane each legal action's afterstate (needs the legal list)."""
-    overflow: Literal["error", "truncate"] = "error"
-    """More legal actions than labels: raise, or keep the first K rows and record the rest."""
+    overflow: Literal["tree", "error", "truncate"] = "tree"
+    """More legal actions than a menu may show (tree_fanout): "tree" reads them as a label
+    tree, a short path of menus whose upper rows are groups (every legal action stays
+    reachable, docs/large-menus.md); "error" raises; "truncate" keeps the first K rows
+    (after shuffling) and records the rest. Menus that fit are the same under all three."""
     max_obs_chars: int = 400
     """Cap on the observation (and objective) text in a prompt; longer text ends in ``"..."``."""
     steps_left: bool = False
@@ -71,6 +76,20 @@ class Interface:
     run's ``shortened_prompts``; still too long: an error); ``"error"`` raises at once.
     Prompts that fit are never changed, so runs recorded before the field existed are
     unaffected."""
+
+    tree_grouping: Literal["template", "blocks"] = "template"
+    """Label trees: the upper levels group actions by their template
+    (info["action_templates"], else the first word; "move ... to ... (37 actions)"), or
+    cut the legal list into contiguous blocks ("blocks")."""
+    tree_fanout: int = 0
+    """Label trees: the most rows one menu shows (0: as many as the label alphabet has
+    labels); a state with more legal actions gets a tree."""
+    legal_list: Literal["all", "groups"] = "all"
+    """How the token and scoring planes' prompts list the legal actions: one per line
+    ("all"), or the label tree's first menu without labels ("groups": "take ... (12
+    actions)" and single actions, the rows the decision plane reads first). With
+    long_prompts="shorten" a list too long for the model's context is shown as groups
+    (counted in the run's grouped_lists)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -113,6 +132,19 @@ class Interface:
             raise ValueError(
                 f"Interface.overflow must be one of {OVERFLOW_POLICIES}, got {self.overflow!r}"
             )
+        if self.tree_grouping not in GROUPINGS:
+            raise ValueError(
+                f"Interface.tree_grouping must be one of {GROUPINGS}, got {self.tree_grouping!r}"
+            )
+        if not _is_int(self.tree_fanout) or self.tree_fanout < 0 or self.tree_fanout == 1:
+            raise ValueError(
+                f"Interface.tree_fanout must be 0 (the label alphabet's size) or an int >= 2, "
+                f"got {self.tree_fanout!r}"
+            )
+        if self.legal_list not in LEGAL_LISTS:
+            raise ValueError(
+                f"Interface.legal_list must be one of {LEGAL_LISTS}, got {self.legal_list!r}"
+            )
         if self.long_prompts not in LONG_PROMPT_POLICIES:
             raise ValueError(
                 f"Interface.long_prompts must be one of {LONG_PROMPT_POLICIES}, "
@@ -130,13 +162,25 @@ class Interface:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable field -> value mapping. Fields added after run directories
-        already recorded interfaces (``long_prompts``) appear only when changed, so those
-        records (and the config fingerprints over them) stay identical and resumable."""
+        already recorded interfaces (``long_prompts``, ``legal_list``; the tree's fields
+        unless ``overflow="tree"``) appear only when changed, so those records (and the
+        config fingerprints over them) stay identical and resumable."""
         out = asdict(self)
-        for name in _RECORDED_WHEN_CHANGED:
+        quiet = _RECORDED_WHEN_CHANGED + (_TREE_FIELDS if self.overflow != "tree" else ())
+        for name in quiet:
             if out[name] == self.__dataclass_fields__[name].default:
                 del out[name]
         return out
+
+    def fanout(self, num_labels: int) -> int:
+        """The most rows one menu shows with ``num_labels`` valid labels."""
+        if self.tree_fanout > num_labels:
+            raise ValueError(
+                f"Interface.tree_fanout={self.tree_fanout} exceeds the {num_labels} valid "
+                f"labels of {self.labels!r} for this tokenizer; use a smaller fan-out or a "
+                "larger alphabet (e.g. --labels auto)"
+            )
+        return self.tree_fanout or num_labels
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interface:
@@ -158,7 +202,8 @@ class Interface:
         }
 
 
-_RECORDED_WHEN_CHANGED = ("long_prompts",)
+_RECORDED_WHEN_CHANGED = ("long_prompts", "legal_list")
+_TREE_FIELDS = ("tree_grouping", "tree_fanout")
 
 
 def _is_int(value: Any) -> bool:

@@ -5,9 +5,11 @@ Row ``i`` of a menu shows ``labels[i]``, the legal action
 the rows are shuffled every step (so no action keeps a favourite label position);
 the permutation is stored, so a recorded decision can be re-scored exactly.
 
-Menus larger than the label alphabet are an explicit policy: ``overflow="error"``
-raises, ``overflow="truncate"`` keeps the first ``K`` rows (after shuffling) and
-records the others in :attr:`Menu.dropped`.
+Menus larger than the label alphabet are an explicit policy: ``overflow="tree"``
+makes a label tree of them (:mod:`menus.tree`; a flat menu cannot hold them, so
+``compile_menu`` raises and says so), ``overflow="error"`` raises,
+``overflow="truncate"`` keeps the first ``K`` rows (after shuffling) and records the
+others in :attr:`Menu.dropped`.
 
 Example::
 
@@ -32,8 +34,8 @@ import numpy as np
 from menus.labels import LabelSet, parse_alphabet
 from menus.memory import MemoryProvider, one_line
 
-Overflow = Literal["error", "truncate"]
-OVERFLOW_POLICIES: tuple[str, ...] = ("error", "truncate")
+Overflow = Literal["tree", "error", "truncate"]
+OVERFLOW_POLICIES: tuple[str, ...] = ("tree", "error", "truncate")
 AFTERSTATE_ARROW = " -> "
 
 
@@ -200,10 +202,11 @@ def compile_menu(
             ``None`` keeps the legal order.
         overflow: ``"error"`` (default) raises when there are more legal actions than
             labels; ``"truncate"`` keeps the first ``len(labels)`` rows after shuffling
-            and records the rest in ``Menu.dropped``.
+            and records the rest in ``Menu.dropped``; ``"tree"`` also raises there,
+            naming :func:`menus.tree.build_label_tree`, which holds menus of any size.
     """
     legal = list(legal_actions)
-    _check_actions(legal)
+    check_actions(legal)
     if isinstance(labels, LabelSet):
         label_strings = labels.labels
     elif isinstance(labels, str):
@@ -231,6 +234,12 @@ def compile_menu(
         list(range(len(legal))) if rng is None else [int(i) for i in rng.permutation(len(legal))]
     )
     capacity = len(label_strings)
+    if len(legal) > capacity and overflow == "tree":
+        raise ValueError(
+            f"menu has {len(legal)} legal actions but the label alphabet has only {capacity} "
+            "labels: a flat menu cannot show them all; build a label tree "
+            "(menus.build_label_tree, or menus.menu_for_step with overflow='tree')"
+        )
     if len(legal) > capacity and overflow == "error":
         raise ValueError(
             f"menu has {len(legal)} legal actions but the label alphabet has only {capacity} "
@@ -252,7 +261,8 @@ def compile_menu(
     )
 
 
-def _check_actions(legal: list[str]) -> None:
+def check_actions(legal: list[str]) -> None:
+    """Legal actions must be distinct, non-empty, single-line strings (a clear error)."""
     if not legal:
         raise ValueError("no legal actions to compile into a menu (is the episode over?)")
     bad = [a for a in legal if not isinstance(a, str) or not a.strip() or "\n" in a]

@@ -40,9 +40,10 @@ from typing import Any, Literal
 import numpy as np
 
 from menus.interface import Interface
-from menus.labels import LabelSet
+from menus.labels import LabelSet, parse_alphabet
 from menus.memory import MemoryProvider, one_line, shorten
 from menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
+from menus.tree import LabelTree, build_tree_root
 
 # --- the strings every plane and the pretraining transcripts share -------------
 GOAL_FIELD = "Goal: "
@@ -227,7 +228,7 @@ def _finish(body: str, interface: Interface, tokenizer: Any, context: str) -> st
 def render_decision_prompt(
     obs: str,
     info: Mapping[str, Any],
-    menu: Menu,
+    menu: Menu | LabelTree,
     interface: Interface,
     tokenizer: Any,
     memory_text: str | None = None,
@@ -237,7 +238,7 @@ def render_decision_prompt(
     Args:
         obs: the current observation.
         info: the env's info (``objective`` is read from it).
-        menu: the compiled menu for this state.
+        menu: the compiled menu for this state (a label tree: its first menu).
         interface: which fields to show; ``afterstates=True`` requires them in the menu.
         tokenizer: decides plain vs chat (``interface.template``).
         memory_text: the memory line; defaults to ``menu.memory``. ``None`` or ``""``
@@ -262,7 +263,8 @@ def render_token_prompt(
     interface shows them, ending where the command text is generated.
 
     ``legal_actions`` / ``afterstates`` default to ``info["legal_actions"]`` /
-    ``info["afterstates"]``.
+    ``info["afterstates"]``. With ``interface.legal_list == "groups"`` the list is the
+    label tree's first menu in the legal order (``info["action_templates"]`` group it).
     """
     lines = _fields(obs, info, interface, memory_text)
     if interface.show_legal_to_token_plane:
@@ -277,14 +279,30 @@ def render_token_prompt(
                 )
             shown_afterstates = [one_line(str(text)) for text in source]
         lines.append(ACTIONS_HEADER)
-        for i, action in enumerate(legal):
-            line = TOKEN_PLANE_BULLET + action
-            if shown_afterstates is not None and shown_afterstates[i]:  # "" says nothing
+        shown: list[int] = list(range(len(legal)))
+        texts = list(legal)
+        if interface.legal_list == "groups":
+            rows = _first_menu(legal, info.get("action_templates"), interface)
+            shown = [-1 if row.action is None else row.action for row in rows]
+            texts = [row.text for row in rows]
+        for i, text in zip(shown, texts):
+            line = TOKEN_PLANE_BULLET + text
+            if shown_afterstates is not None and i >= 0 and shown_afterstates[i]:  # "": nothing
                 line += AFTERSTATE_ARROW + shown_afterstates[i]
             lines.append(line)
     lines.append(COMMAND_CUE)
     context, _ = command_context(interface, tokenizer)
     return _finish("\n".join(lines), interface, tokenizer, context)
+
+
+def _first_menu(legal: Sequence[str], templates: Sequence[str] | None, interface: Interface) -> Any:
+    """The label tree's first menu in the legal order (``legal_list="groups"``)."""
+    fanout = interface.fanout(len(parse_alphabet(interface.labels)))
+    root = build_tree_root(
+        list(legal), None if templates is None else list(templates), range(len(legal)), fanout,
+        interface.tree_grouping,
+    )  # fmt: skip
+    return root.children
 
 
 def menu_for_step(

@@ -9,6 +9,15 @@ records that hold everything the update needs to re-score the decision exactly
 
 Invalid actions are impossible by construction: the sampled row is a legal action.
 
+Label trees (``Interface.overflow="tree"``, docs/large-menus.md): a state with more
+legal actions than a menu may show is a path of menus (``menus.tree``); ``act`` reads
+level 1 in the same batched forward, then each later level on the KV cache
+(``rlid.tree_walk``), and the decision stores every level (``Decision.path``). Its
+``logp`` is the joint sum of the levels' log-probs, its ``entropy`` the sum of the
+levels' exact entropies along the sampled path (an unbiased estimate of the joint
+entropy), its ``label_mass`` the product of the levels' masses. A batch whose menus
+all fit runs exactly as before.
+
 Temperature: a decision sampled at temperature T stores log π_T(a|s) =
 log_softmax(label_logits / T) — the behaviour distribution — and keeps T, so the
 update re-scores the same distribution (ratios, clip, approx KL, entropy and KL to
@@ -25,9 +34,11 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from menus import Interface, LabelSet, Menu, menu_for_step
+from menus import Interface, LabelSet, Menu
 from menus.prompt import label_context, render_decision_prompt
 from menus.tokens import encode_prompt
+from menus.tree import LabelTree, tree_of_menu
+from menus.tree_prompt import tree_for_step
 from rlid.budget import Budget, Timers
 from rlid.models import CausalLM
 from rlid.optim import chunks
@@ -37,6 +48,14 @@ from rlid.readout import (
     model_vocab_size,
     pad_label_ids,
     readout_from_ids,
+)
+from rlid.tree_readout import LevelReader, PathReadout, path_logprobs
+from rlid.tree_walk import (
+    PathStep,
+    longest_continuation,
+    path_segments,
+    tree_logprobs,
+    walk_trees,
 )
 
 T = TypeVar("T")
@@ -57,10 +76,14 @@ class Decision:
     menu: Menu
     extra: dict[str, Any] = field(default_factory=dict)  # policy-specific (scoring plane)
     temperature: float = 1.0  # sampling temperature: the update re-scores softmax(logits / T)
+    # label trees: one step per level (empty: a flat menu; then ``tree`` is None too)
+    path: tuple[PathStep, ...] = ()
+    tree: LabelTree | None = None
 
     @property
     def num_rows(self) -> int:
-        return len(self.label_ids)
+        """Rows of the decision's (flat) menu: every legal action of a label tree."""
+        return len(self.menu.rows) if self.path else len(self.label_ids)
 
 
 class ValueHead(torch.nn.Module):
@@ -127,6 +150,8 @@ def fit_to_context(
     interface: Interface,
     budget: Budget,
     length: Callable[[T], int] = len,  # type: ignore[assignment]
+    *,
+    lists: bool = False,
 ) -> tuple[list[T], list[str | None]]:
     """Each step's encoded prompt, ``encode_step(b, memory_text, interface)``.
 
@@ -134,9 +159,12 @@ def fit_to_context(
     ``limit`` is encoded again without its memory line, then also without the
     observation (``observation=False``), then also without the menu's afterstates
     (the rows keep their labels and commands), stopping at the first that fits; each
-    shortened step is counted in ``budget.shortened_prompts``. Returns the encodings
-    and the memory text each one used (None where dropped). A step still too long is
-    left for the model call to refuse with its length.
+    shortened step is counted in ``budget.shortened_prompts``. With ``lists`` (the token
+    and scoring planes, whose prompts list every legal action) the first step is to show
+    the list as the label tree's first menu (``legal_list="groups"``, counted in
+    ``budget.grouped_lists`` where it changes the prompt). Returns the encodings and the
+    memory text each one used (None where dropped). A step still too long is left for
+    the model call to refuse with its length.
     """
     encoded: list[T] = []
     used: list[str | None] = []
@@ -144,15 +172,21 @@ def fit_to_context(
         step = encode_step(b, memory, interface)
         if limit is not None and length(step) > limit and interface.long_prompts == "shorten":
             budget.shortened_prompts += 1
-            if memory is not None:  # without a memory line the prompt is the one just encoded
+            base = interface
+            if lists and interface.legal_list == "all":
+                base = replace(interface, legal_list="groups")
+                grouped = encode_step(b, memory, base)
+                budget.grouped_lists += int(grouped != step)
+                step = grouped
+            if length(step) > limit and memory is not None:
                 memory = None
-                step = encode_step(b, None, interface)
+                step = encode_step(b, None, base)
             if length(step) > limit and interface.observation:
-                step = encode_step(b, None, replace(interface, observation=False))
+                step = encode_step(b, None, replace(base, observation=False))
             shows_afterstates = interface.afterstates or interface.show_afterstates_to_token_plane
             if length(step) > limit and shows_afterstates:
                 bare = replace(
-                    interface, observation=False, afterstates=False,
+                    base, observation=False, afterstates=False,
                     show_afterstates_to_token_plane=False,
                 )  # fmt: skip
                 step = encode_step(b, None, bare)
@@ -229,12 +263,19 @@ class DecisionPolicy:
         greedy: bool = False,
         temperature: float = 1.0,
     ) -> list[Decision]:
-        """One decision per env, from one batched forward."""
+        """One decision per env, from one batched forward (label trees: one per level)."""
         with self.timers.time("menu"):
-            menus = [
-                menu_for_step(i, self.interface, self.labels, m, rng)
+            steps = [
+                tree_for_step(i, self.interface, self.labels, m, rng)
                 for i, m in zip(infos, memory_texts)
             ]
+        if any(isinstance(step, LabelTree) for step in steps):
+            return self.act_on_trees(
+                observations, infos, steps, memory_texts, generator=generator, greedy=greedy,
+                temperature=temperature,
+            )  # fmt: skip
+        menus = [step for step in steps if isinstance(step, Menu)]
+        with self.timers.time("menu"):
             self.budget.truncated_menus += sum(1 for menu in menus if menu.dropped)
 
             def encode_step(b: int, memory: str | None, interface: Interface) -> list[int]:
@@ -287,6 +328,80 @@ class DecisionPolicy:
         self.budget.decisions += len(decisions)
         return decisions
 
+    def act_on_trees(
+        self,
+        observations: list[str],
+        infos: list[dict[str, Any]],
+        steps: list[Menu | LabelTree],
+        memory_texts: list[str | None],
+        *,
+        generator: torch.Generator,
+        greedy: bool,
+        temperature: float,
+    ) -> list[Decision]:
+        """``act`` for a batch with label trees: level 1 of every state in one forward,
+        then one forward per further level over the states still walking (KV cache)."""
+        with self.timers.time("menu"):
+            trees = [s if isinstance(s, LabelTree) else tree_of_menu(s) for s in steps]
+
+            def encode_step(b: int, memory: str | None, interface: Interface) -> Any:
+                tree = trees[b] if memory is not None else replace(trees[b], memory=None)
+                if not interface.afterstates:
+                    tree = replace(tree, afterstates=None)
+                prompt = render_decision_prompt(
+                    observations[b], infos[b], tree, interface, self.tokenizer, memory_text=memory
+                )
+                later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
+                return encode_prompt(self.tokenizer, prompt), tree, later, interface
+
+            limit = context_limit(self.model)
+            encoded, used = fit_to_context(
+                encode_step, memory_texts, limit, self.interface, self.budget,
+                length=lambda e: len(e[0]) + e[2],
+            )  # fmt: skip  # a prompt must leave room for the tree's longest path
+            for b in range(len(encoded)):  # still too long: narrower trees, fan-out halved
+                ids, tree, later, shown = encoded[b]
+                while limit is not None and len(ids) + later > limit and tree.depth > 1:
+                    if self.interface.long_prompts != "shorten" or tree.fanout <= 2:
+                        break
+                    trees[b] = tree.narrower(max(2, tree.fanout // 2))
+                    ids, tree, later, shown = encoded[b] = encode_step(b, used[b], shown)
+            prompt_ids = [e[0] for e in encoded]
+            trees = [e[1] for e in encoded]  # as shown (shortened steps lose fields)
+        with self.timers.time("forward"), torch.no_grad():
+            reader = LevelReader(self.model, self.pad_id, self.autocast)
+            walks, hidden, tokens = walk_trees(
+                reader, trees, prompt_ids, labels=self.labels, interface=self.interface,
+                tokenizer=self.tokenizer, temperature=temperature,
+                sample=lambda logp: sample_rows(logp, generator=generator, greedy=greedy),
+            )  # fmt: skip
+            assert hidden is not None
+            values = self.value_head(hidden) if self.value_head is not None else None
+        self.budget.forward_passes += len(tokens)
+        self.budget.tokens_processed += sum(tokens)
+        vs = values.tolist() if values is not None else [0.0] * len(trees)
+        decisions = []
+        for b, (tree, walk) in enumerate(zip(trees, walks)):
+            menu = tree.menu
+            decisions.append(
+                Decision(
+                    action=tree.legal_actions[walk.action_index],
+                    chosen=menu.permutation.index(walk.action_index),
+                    logp=walk.logp,
+                    entropy=walk.entropy,
+                    label_mass=walk.label_mass,
+                    value=vs[b],
+                    prompt_ids=prompt_ids[b],
+                    label_ids=list(walk.steps[0].label_ids),
+                    menu=menu,
+                    temperature=temperature,
+                    path=walk.steps,
+                    tree=tree,
+                )
+            )
+        self.budget.decisions += len(decisions)
+        return decisions
+
     # --------------------------------------------------------------- re-scoring
     def score_ids(
         self,
@@ -311,13 +426,46 @@ class DecisionPolicy:
     def score(self, decisions: list[Decision]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Re-score stored decisions with gradients: logp_all (B, K), label_mass (B,), hidden.
 
-        Each decision is re-scored at the temperature it was sampled at.
+        Each decision is re-scored at the temperature it was sampled at. With label
+        trees ``logp_all`` is the exact joint over every legal action in the flat menu's
+        order (every menu of the tree read: ``rlid.tree_walk.tree_logprobs``) and
+        ``label_mass`` the first menu's; the update reads paths instead
+        (:meth:`score_paths`).
         """
+        if any(d.path for d in decisions):
+            trees = [d.tree if d.tree is not None else tree_of_menu(d.menu) for d in decisions]
+            logp, mass, hidden, forwards, tokens = tree_logprobs(
+                self.model, self.tokenizer, trees, [d.prompt_ids for d in decisions],
+                labels=self.labels, interface=self.interface, pad_id=self.pad_id,
+                temperature=torch.tensor([d.temperature for d in decisions]),
+                autocast=self.autocast, chunk=self.micro_batch_size or 16,
+            )  # fmt: skip
+            self.budget.forward_passes += forwards
+            self.budget.tokens_processed += tokens
+            return logp, mass, hidden
         return self.score_ids(
             [d.prompt_ids for d in decisions],
             [d.label_ids for d in decisions],
             temperature=decision_temperatures(decisions),
         )
+
+    def score_paths(self, decisions: list[Decision]) -> PathReadout:
+        """Re-score each decision's path (every level, ONE forward), with gradients: the
+        update's view of label-tree decisions (a flat decision is a one-level path)."""
+        prompts, segments, label_ids = [], [], []
+        for d in decisions:
+            later, levels = path_segments(d.path) if d.path else ([], [d.label_ids])
+            prompts.append(d.prompt_ids)
+            segments.append(later)
+            label_ids.append(levels)
+        result = path_logprobs(
+            self.model, prompts, segments, label_ids, self.pad_id,
+            temperature=decision_temperatures(decisions), return_hidden=True,
+            autocast=self.autocast,
+        )  # fmt: skip
+        self.budget.forward_passes += 1
+        self.budget.tokens_processed += result.num_tokens
+        return result
 
 
 def decision_temperatures(decisions: list[Decision]) -> float | torch.Tensor:

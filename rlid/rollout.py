@@ -50,6 +50,10 @@ class Episode:
     game_seed: int | None = None
     states: list[str] = field(default_factory=list)
     """:func:`state_key` of the state each decision was taken in (decision order)."""
+    legal_counts: list[int] = field(default_factory=list)
+    """How many legal actions the state of each decision had (decision order)."""
+    actions_dropped: int = 0
+    """Legal actions no row of the episode's menus could reach (``overflow="truncate"``)."""
 
     @property
     def length(self) -> int:
@@ -140,6 +144,10 @@ def collect_episodes(
                 memories[i].update(obs, record.action, info)
                 episode = episodes[i]
                 episode.states.append(state_key(observations[i], infos[i]))
+                episode.legal_counts.append(len(infos[i]["legal_actions"]))
+                episode.actions_dropped += len(
+                    getattr(getattr(record, "menu", None), "dropped", ())
+                )
                 episode.decisions.append(record)
                 episode.rewards.append(float(reward))
                 episode.invalid_actions += int(bool(info.get("invalid_action")))
@@ -158,7 +166,9 @@ def collect_episodes(
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
-    """Mean return, success (won) rate, episode length and invalid-action rate."""
+    """Mean return, success (won) rate, episode length and invalid-action rate; the most
+    legal actions met in one state (``menu_rows_max``) and the legal actions no menu row
+    could reach (``actions_dropped``, summed; 0 unless ``overflow="truncate"`` cut a menu)."""
     n = max(len(episodes), 1)
     steps = max(sum(e.length for e in episodes), 1)
     return {
@@ -167,6 +177,8 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
         "episode_length": sum(e.length for e in episodes) / n,
         "normalized_score": sum(e.score / max(e.max_score, 1e-9) for e in episodes) / n,
         "invalid_rate": sum(e.invalid_actions for e in episodes) / steps,
+        "menu_rows_max": float(max((max(e.legal_counts, default=0) for e in episodes), default=0)),
+        "actions_dropped": float(sum(e.actions_dropped for e in episodes)),
     }
 
 

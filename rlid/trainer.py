@@ -64,6 +64,13 @@ from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
 from rlid.start_files import answered_labels
 from rlid.starts import base_model_path, load_run_model
+from rlid.tree_update import (
+    attach_path_reference,
+    first_level_logp,
+    has_paths,
+    level_stats,
+    tree_micro_step,
+)
 
 FILLER = np.zeros(1, dtype=np.int64)  # a filler micro-step scores the rank's first decision
 
@@ -106,7 +113,8 @@ def preflight_menu_sizes(
         raise ValueError(
             f"this env shows up to {biggest} legal actions but the label alphabet "
             f"{interface.labels!r} has only {max_rows} valid single-token labels for this "
-            f"tokenizer; use a larger alphabet (e.g. --labels A-Za-z) or --overflow truncate"
+            f"tokenizer; use --overflow tree (a label tree reaches every action), a larger "
+            f"alphabet (e.g. --labels A-Za-z) or --overflow truncate"
         )
     if answered is not None and labels is not None:
         # the labels past the last one the start answered with (a gap before it is a
@@ -127,10 +135,16 @@ def preflight_menu_sizes(
             )
 
 
-def _decision_stats(e: Episode, shared: dict[int, list[bool]]) -> list[tuple[float, float, bool]]:
-    """Per decision of ``e``: rollout entropy, label mass, and whether its state is shared."""
+def _decision_stats(
+    e: Episode, shared: dict[int, list[bool]]
+) -> list[tuple[float, float, bool, list[float]]]:
+    """Per decision of ``e``: rollout entropy, label mass, whether its state is shared,
+    and the label mass of each level (label trees; one level for a flat menu)."""
     flags = shared.get(id(e), [False] * e.length)
-    return [(d.entropy, d.label_mass, flag) for d, flag in zip(e.decisions, flags)]
+    return [
+        (d.entropy, d.label_mass, flag, [s.label_mass for s in getattr(d, "path", ())])
+        for d, flag in zip(e.decisions, flags)
+    ]
 
 
 @dataclass
@@ -305,7 +319,7 @@ def _position_sums(
         for part, context in parallel.micro_plan(chunks(len(idx), micro)):
             batch = [decisions[i] for i in (idx[part] if part is not None else FILLER)]
             with context:
-                logp_all, _, _ = policy.score(batch)
+                logp_all = first_level_logp(policy, batch)  # label trees: their first menu
             if part is not None:
                 sums = sums + PositionSums.of(logp_all, width)
     return PositionSums.unflat(dist_.all_sum(sums.flat(), world))
@@ -327,6 +341,11 @@ def _decision_micro_step(
     ``position_sums``."""
     config, timers = ctx.config, ctx.timers
     decisions = [batch.decisions[i] for i in idx]
+    if has_paths(decisions):  # label trees: PPO on the joint action (rlid.tree_update)
+        return tree_micro_step(
+            config, timers, policy, decisions, batch.advantages[idx], batch.targets[idx],
+            minibatch, stepper, weight,
+        )  # fmt: skip
     with timers.time("forward"):
         logp_all, label_mass, hidden = policy.score(decisions)  # (B, K), (B,), (B, d)
     device = logp_all.device
@@ -385,6 +404,9 @@ def attach_reference_logprobs(
     ``extra["logp_ref_all"]`` (scored in micro-batches, without gradients)."""
     for e in episodes:
         for part in chunks(len(e.decisions), micro_batch_size):
+            if has_paths(e.decisions[part]):  # label trees: the reference on each path
+                attach_path_reference(ref_policy, e.decisions[part])
+                continue
             with torch.no_grad():
                 logp_ref, _, _ = ref_policy.score(e.decisions[part])
             for d, row in zip(e.decisions[part], logp_ref):
@@ -403,10 +425,11 @@ def iteration_row(
     )
     rollout = [triple for triples in per_episode for triple in triples]
     row = {"iteration": iteration, **stats, **update}
-    row["rollout_entropy"] = float(np.mean([h for h, _, _ in rollout]))
-    row["rollout_label_mass"] = float(np.mean([m for _, m, _ in rollout]))
+    row["rollout_entropy"] = float(np.mean([h for h, *_ in rollout]))
+    row["rollout_label_mass"] = float(np.mean([m for _, m, *_ in rollout]))
     if config.step_group_coef > 0:  # how often a state recurs within its group
-        row["shared_states"] = float(np.mean([f for _, _, f in rollout]))
+        row["shared_states"] = float(np.mean([f for _, _, f, _ in rollout]))
+    row.update(level_stats([levels for *_, levels in rollout]))  # label trees only
     return row
 
 

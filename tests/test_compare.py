@@ -446,7 +446,10 @@ def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
     from rlid.runs import dir as rundir
 
     compare = parse_compare_config(tiny_comparison())
-    run = compare.runs()[0]
+    tree = compare.runs()[0]  # the default interface: label trees
+    run = replace(tree, config=replace(
+        tree.config, interface=replace(tree.config.interface, overflow="error")
+    ))  # fmt: skip
     run_dir = tmp_path / run.name
     run_dir.mkdir()
     rundir.write_json(run_dir / "config.json", {"config": run.config.to_dict()})
@@ -461,6 +464,12 @@ def test_a_run_finished_under_overflow_error_is_reused_under_truncate(tmp_path):
         truncating, run_dir, run_state(run_dir)
     )  # finished under "error": no menu overflowed
     check_existing_run(run, run_dir, run_state(run_dir))
+    check_existing_run(tree, run_dir, run_state(run_dir))  # a one-level tree is that menu
+    narrow = replace(tree, config=replace(
+        tree.config, interface=replace(tree.config.interface, tree_fanout=2)
+    ))  # fmt: skip
+    with pytest.raises(ValueError, match="different config .*interface"):
+        check_existing_run(narrow, run_dir, run_state(run_dir))  # fewer rows per menu: not
     other = replace(truncating, config=replace(
         truncating.config, interface=replace(truncating.config.interface, max_obs_chars=123)
     ))  # fmt: skip

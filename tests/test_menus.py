@@ -180,8 +180,9 @@ def test_interface_round_trips_through_json():
     assert Interface.from_dict({}) == Interface()
     # every field is recorded, except those added later, which appear only when changed
     # (so interfaces recorded before them keep their fingerprint)
-    assert set(data) == {f.name for f in dataclasses.fields(Interface)} - {"long_prompts"}
-    strict = Interface(long_prompts="error")
+    later = {"long_prompts", "legal_list"}
+    assert set(data) == {f.name for f in dataclasses.fields(Interface)} - later
+    strict = Interface(long_prompts="error", legal_list="groups")
     assert set(strict.to_dict()) == {f.name for f in dataclasses.fields(Interface)}
     assert Interface.from_dict(json.loads(json.dumps(strict.to_dict()))) == strict
 

@@ -451,7 +451,7 @@ def test_a_menu_larger_than_the_label_alphabet_is_truncated_and_counted():
     labels = "A-" + chr(ord("A") + sizes[0] - 2)  # one label short of the first menu
     kw = dict(rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
     model = build_tiny_model(tokenizer, seed=1)
-    strict = DecisionPolicy(model, tokenizer, Interface(labels=labels))
+    strict = DecisionPolicy(model, tokenizer, Interface(labels=labels, overflow="error"))
     with pytest.raises(ValueError, match="legal actions but the label alphabet has only"):
         strict.act(observations, infos, [None, None], **kw)
     policy = DecisionPolicy(model, tokenizer, Interface(labels=labels, overflow="truncate"))

@@ -165,11 +165,12 @@ def test_refuses_to_overwrite_a_run_and_leaves_nothing_on_setup_errors(tmp_path,
 def test_label_alphabet_too_small_is_caught_before_training(tmp_path, capsys):
     out = tmp_path / "run"
     code = cli_main(
-        ["train", "--env", "keydoor", "-o", "size=3", "--labels", "A-C", "--out", str(out)]
-    )
+        ["train", "--env", "keydoor", "-o", "size=3", "--labels", "A-C", "--overflow", "error",
+         "--out", str(out)]
+    )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2
-    assert "label alphabet" in err and "--overflow truncate" in err
+    assert "label alphabet" in err and "--overflow truncate" in err and "--overflow tree" in err
     assert not out.exists()
 
 

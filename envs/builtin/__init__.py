@@ -4,8 +4,11 @@
   (:mod:`envs.builtin.keydoor`).
 * ``crafting`` -- gather ingredients, process them in order with the right tools,
   combine at the workbench; wrong processing loses (:mod:`envs.builtin.crafting`).
+* ``lab`` -- a ScienceWorld-like bench whose legal actions are every template x
+  object command (16 to 414 of them): the small game for label trees
+  (:mod:`envs.builtin.lab`).
 
-Both are deterministic given the game seed, give exact afterstates, step in well
+All three are deterministic given the game seed, give exact afterstates, step in well
 under a millisecond and report an optimal ``walkthrough`` at reset::
 
     >>> import envs
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from envs.builtin.crafting import CraftingEnv
 from envs.builtin.keydoor import KeyDoorEnv
+from envs.builtin.lab import LabEnv
 from envs.registry import EnvSpec, Option, register
 
 # The built-in games are short: truncate at max(20, 2 x the optimal length) by default.
@@ -43,5 +47,14 @@ register(
         CraftingEnv,
         "recipe crafting: gather, slice/fry/roast in order, make the dish; wrong steps lose",
         {"max_episode_steps": _STEP_LIMIT, **CraftingEnv.OPTIONS},
+    )
+)
+register(
+    EnvSpec(
+        "lab",
+        LabEnv,
+        "ScienceWorld-like bench: every template x object command is legal (16 to 414), "
+        "with info['action_templates']; put a solid in a container, then focus on it",
+        {"max_episode_steps": _STEP_LIMIT, **LabEnv.OPTIONS},
     )
 )

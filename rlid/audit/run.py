@@ -44,6 +44,7 @@ from rlid.audit.exact import (
     select_parameters,
     text_scores,
 )
+from rlid.audit.factored import factored_identity
 from rlid.audit.label import label_policy_control
 from rlid.audit.mc import estimator_grams, monte_carlo
 from rlid.audit.moments import decompose, noisy_atoms, plain_atoms, wording_bonus_atoms
@@ -314,6 +315,10 @@ def audit(
     for plane in ("text", "action"):
         measured, analytic = noise[f"extra_{plane}"], noise[f"analytic_extra_{plane}"]
         noise[f"analytic_rel_error_{plane}"] = abs(measured - analytic) / analytic
+    # the identity on a label tree of the same actions (rlid.audit.factored)
+    report["factored_decision"] = factored_identity(
+        exact, tokenizer, state, interface, params=params
+    )
     report["verdicts"] = verdicts(report)
     return report
 

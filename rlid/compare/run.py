@@ -74,6 +74,9 @@ def run_state(run_dir: Path) -> str:
     return "new"
 
 
+_OVERFLOW_FIELDS = ("overflow", "tree_grouping", "tree_fanout")
+
+
 def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     """Refuse to reuse or resume a run directory trained with another config.
 
@@ -82,7 +85,8 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     One difference is immaterial: a run that *finished* under
     ``interface.overflow="error"`` never met a menu larger than its label alphabet
     (one would have stopped it), so it is exactly the run ``"truncate"`` would have
-    made, and is reused under a config that says ``"truncate"``.
+    made, or ``"tree"`` with a menu as wide as the alphabet (``tree_fanout=0``), and is
+    reused under a config that says so.
     """
     if not (run_dir / "config.json").exists():
         return
@@ -91,8 +95,11 @@ def check_existing_run(run: RunSpec, run_dir: Path, state: str) -> None:
     planned, found = run.config.to_dict(), saved.to_dict()
     differing = sorted(k for k in planned.keys() | found.keys() if planned.get(k) != found.get(k))
     if differing == ["interface"] and state == "finished":
-        overflow = {**found["interface"], "overflow": planned["interface"].get("overflow")}
-        if overflow == planned["interface"] and found["interface"].get("overflow") == "error":
+        wanted = planned["interface"]
+        same = {k: v for k, v in wanted.items() if k in _OVERFLOW_FIELDS}
+        overflow = {**found["interface"], **same}
+        full_width = wanted.get("tree_fanout", 0) == 0
+        if overflow == wanted and found["interface"].get("overflow") == "error" and full_width:
             return
     if differing:
         moved = ""
