@@ -17,6 +17,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from rlid.runs.stop import RunStopped
 
 def main() -> int:
     faulthandler.enable()  # a native crash (segfault, abort) prints the Python stack
+    # a run that hangs: the test sends SIGUSR1 before killing it, for every thread's stack
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     run_dir, record, spec = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     record.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))

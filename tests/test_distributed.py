@@ -113,9 +113,19 @@ def wait(procs: list[subprocess.Popen], timeout: float = TIMEOUT) -> list[str]:
             _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
             errs.append(err)
     except subprocess.TimeoutExpired:
-        for p in procs:
+        for p in procs:  # each stuck process prints its threads' stacks (dist_worker.py)
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        stacks = []
+        for rank, p in enumerate(procs):
             p.kill()
-        pytest.fail(f"multi-process run did not finish within {timeout:.0f} s (deadlock?)")
+            err = errs[rank] if rank < len(errs) else p.communicate()[1]  # once per process
+            stacks.append(f"--- rank {rank} (exit code {p.returncode}):\n{(err or '')[-4000:]}")
+        pytest.fail(
+            f"multi-process run did not finish within {timeout:.0f} s (deadlock?)\n"
+            + "\n".join(stacks)
+        )
     return errs
 
 
