@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlid.config import TrainConfig, option
-from rlid.names import EngineName, Mismatch, PlaneName, ScoreNorm, TokenAlgo
+from rlid.names import PlaneName, ScoreNorm, TokenAlgo
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,6 @@ class TokenConfig(TrainConfig):
 
     plane: PlaneName = option("token", "decision (menu readout), token (free text) or scoring")
     algo: TokenAlgo = option("grpo", "token-plane loss: grpo, dr_grpo, dapo, gspo or cispo")
-    mismatch: Mismatch = option("none", "train-inference correction: none, tis or icepop")
-    rollout_engine: EngineName = option(
-        "trainer",
-        "token-plane sampler: trainer (same model), perturbed (seeded logit noise) or bf16",
-    )
     engine_noise: float = option(0.05, "logit-noise scale of the perturbed rollout engine")
     max_new_tokens: int = option(8, "token plane: longest generated command")
     invalid_penalty: float = option(0.0, "token plane: reward added when a command does not parse")

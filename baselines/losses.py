@@ -58,6 +58,13 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from rlid.mismatch import (
+    ICEPOP_HIGH,
+    ICEPOP_LOW,
+    MISMATCH_RULES,
+    TIS_CAP,
+    MismatchRule,
+)
 from rlid.names import Mismatch, TokenAlgo
 
 Variant = TokenAlgo  # the loss variants are the token-plane algorithms
@@ -83,41 +90,9 @@ def _masked_min_max(values: Tensor, selected: Tensor, empty: float) -> tuple[Ten
 
 
 # ---------------------------------------------------------------------------
-# train-inference mismatch rules: rho = pi_old / mu  ->  (weight, metrics)
+# train-inference mismatch rules: rho = pi_old / mu  ->  (weight, metrics), shared with
+# the decision and scoring planes (rlid.mismatch).
 # `unit_mask` marks the units the weight applies to (tokens, or sequences for GSPO).
-
-
-def no_correction(
-    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
-) -> tuple[Tensor, Metrics]:
-    """Weight 1: trust the sampler to be the trainer's π_old."""
-    return torch.ones_like(rho), {}
-
-
-def tis_weight(
-    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
-) -> tuple[Tensor, Metrics]:
-    """Truncated importance sampling (Yao et al. 2025): min(rho, cap)."""
-    truncated = (rho > tis_cap).to(unit_mask.dtype)
-    return rho.clamp(max=tis_cap), {"tis_truncated_frac": _masked_mean(truncated, unit_mask)}
-
-
-def icepop_weight(
-    rho: Tensor, unit_mask: Tensor, *, tis_cap: float, icepop_low: float, icepop_high: float
-) -> tuple[Tensor, Metrics]:
-    """IcePop (Ring-1T): rho inside [low, high], 0 outside — rho itself, not clipped."""
-    keep = (rho >= icepop_low) & (rho <= icepop_high)
-    masked = (~keep).to(unit_mask.dtype)
-    weight = torch.where(keep, rho, torch.zeros_like(rho))
-    return weight, {"icepop_masked_frac": _masked_mean(masked, unit_mask)}
-
-
-MismatchRule = Callable[..., tuple[Tensor, Metrics]]
-MISMATCH_RULES: dict[Mismatch, MismatchRule] = {
-    "none": no_correction,
-    "tis": tis_weight,
-    "icepop": icepop_weight,
-}
 
 
 # ---------------------------------------------------------------------------
@@ -349,9 +324,9 @@ class TokenLoss:
     eps_high: float | None = None
     max_len: int | None = None
     mismatch: Mismatch = "none"
-    tis_cap: float = 2.0
-    icepop_low: float = 0.5
-    icepop_high: float = 5.0
+    tis_cap: float = TIS_CAP
+    icepop_low: float = ICEPOP_LOW
+    icepop_high: float = ICEPOP_HIGH
     beta: float = 0.0
 
     def __post_init__(self) -> None:

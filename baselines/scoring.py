@@ -93,6 +93,11 @@ class ScoringPolicy:
         share_prompt: run each prompt once and its K completions on its KV cache
             (:func:`baselines.engine.shared_prompt_logprobs`; the same numbers up to
             float rounding); False runs one prompt + completion sequence per action.
+        engine: a rollout engine with ``score`` (:class:`rlid.engines.VLLMEngine`) that
+            scores :meth:`act`'s completions instead of the model, as
+            :class:`rlid.policy.DecisionPolicy`'s ``engine`` reads its labels (μ in
+            ``extra["logp_rollout"]`` / ``["logp_rollout_rows"]``, π_old re-scored by
+            the trainer); :meth:`score` always uses the model.
     """
 
     def __init__(
@@ -108,10 +113,12 @@ class ScoringPolicy:
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         micro_batch_size: int | None = None,
         share_prompt: bool = True,
+        engine: Any = None,
     ) -> None:
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; valid: {', '.join(map(repr, NORMS))}")
         self.model = model
+        self.engine = engine
         self.tokenizer = tokenizer
         self.interface = interface
         self.norm = norm
@@ -177,22 +184,38 @@ class ScoringPolicy:
                 for legal, info, memory in zip(actions, infos, memory_texts)
             ]
         with self.timers.time("forward"), torch.no_grad():
-            logp, _, hidden = join_chunks(
-                [
-                    self.score_ids(
-                        prompt_ids[part], completions[part], actions[part], temperature=temperature
-                    )
-                    for part in chunks(len(prompt_ids), self.micro_batch_size)
-                ]
-            )
+            if self.engine is None:
+                logp, _, hidden = join_chunks(
+                    [
+                        self.score_ids(
+                            prompt_ids[part],
+                            completions[part],
+                            actions[part],
+                            temperature=temperature,
+                        )  # fmt: skip
+                        for part in chunks(len(prompt_ids), self.micro_batch_size)
+                    ]
+                )
+            else:
+                logp = self.engine_scores(prompt_ids, completions, actions, temperature)
+                hidden = torch.zeros(len(prompt_ids), 0)  # no value head: after the re-score
+            value_head = self.value_head if self.engine is None else None
             chosen, values, entropy = draw_rows(
-                logp, hidden, self.value_head, generator=generator, greedy=greedy
+                logp, hidden, value_head, generator=generator, greedy=greedy
             )
         rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
         kept = logp.cpu() if greedy else None  # greedy play: every row's log-prob kept
         decisions = []
         for b, legal in enumerate(actions):
             c = rows[b]
+            behaviour = (
+                {}
+                if self.engine is None
+                else {
+                    "logp_rollout": picked[b],
+                    "logp_rollout_rows": logp[b, : len(legal)].tolist(),
+                }
+            )
             decisions.append(
                 Decision(
                     action=legal[c],
@@ -209,6 +232,7 @@ class ScoringPolicy:
                         "completion_ids": completions[b],
                         "actions": legal,
                         **({} if kept is None else {"logp_rows": kept[b, : len(legal)]}),
+                        **behaviour,
                     },  # fmt: skip
                     temperature=temperature,
                 )
@@ -256,6 +280,30 @@ class ScoringPolicy:
                 prompt_hidden = hidden_rows[torch.cumsum(counts, 0) - counts]
             processed = sum(len(p) + len(c) for p, c in zip(flat_prompts, flat_completions))
         device = token_logp.device
+        logp_all = self.menu_logp(token_logp, mask, completions, actions, temperature)
+        batch = len(completions)
+        if prompt_hidden is None:
+            hidden = torch.zeros(batch, self.model.config.hidden_size, device=device)
+        else:
+            hidden = prompt_hidden  # (B, d)
+        # model calls: the shared path runs the prompts, then the completions on their cache
+        self.budget.forward_passes += 1 if shared is None else 2
+        self.budget.tokens_processed += processed
+        return logp_all, torch.ones(batch, device=device), hidden
+
+    def menu_logp(
+        self,
+        token_logp: Tensor,
+        mask: Tensor,
+        completions: list[list[list[int]]],
+        actions: list[list[str]],
+        temperature: float | Tensor,
+    ) -> Tensor:
+        """The menus' log-probs (B, K_max), -inf padded, from the completions' token
+        log-probs ``token_logp`` / ``mask`` (N, C) (the N = Σ_b K_b completions in order;
+        any alignment): the normalised scores, softmax over each menu at ``temperature``."""
+        rows = [(b, k) for b, comps in enumerate(completions) for k in range(len(comps))]
+        device = token_logp.device
         total = token_logp.sum(-1)  # (N,) float32
         tokens = mask.sum(-1).to(total.dtype)
         words = torch.tensor(
@@ -269,16 +317,20 @@ class ScoringPolicy:
         logits = flat.index_put((index,), scores).view(batch, width)  # (B, K_max)
         if isinstance(temperature, Tensor):
             temperature = temperature.to(device)[:, None]  # (B, 1)
-        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        return torch.log_softmax(logits / temperature, dim=-1)
 
-        if prompt_hidden is None:
-            hidden = torch.zeros(batch, self.model.config.hidden_size, device=device)
-        else:
-            hidden = prompt_hidden  # (B, d)
-        # model calls: the shared path runs the prompts, then the completions on their cache
-        self.budget.forward_passes += 1 if shared is None else 2
-        self.budget.tokens_processed += processed
-        return logp_all, torch.ones(batch, device=device), hidden
+    def engine_scores(
+        self,
+        prompt_ids: list[list[int]],
+        completions: list[list[list[int]]],
+        actions: list[list[str]],
+        temperature: float,
+    ) -> Tensor:
+        """The engine's menus: logp μ (B, K_max) at ``temperature``, from its scoring."""
+        token_logp, mask = self.engine.score(prompt_ids, completions)
+        self.budget.forward_passes += 1
+        self.budget.tokens_processed += sum(map(len, prompt_ids)) + int(mask.sum())
+        return self.menu_logp(token_logp, mask, completions, actions, temperature)
 
     def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:
         """Re-score stored decisions with gradients (same outputs as :meth:`score_ids`),
@@ -300,10 +352,12 @@ def scoring_policy(
     budget: Budget | None = None,
     timers: Timers | None = None,
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    engine: Any = None,
 ) -> ScoringPolicy:
-    """The scoring plane's acting policy for ``config`` around ``model`` (``rlid.planes``)."""
+    """The scoring plane's acting policy for ``config`` around ``model`` (``rlid.planes``);
+    ``engine``: a rollout engine that scores its rollouts (:class:`ScoringPolicy`)."""
     return ScoringPolicy(
         model, tokenizer, config.interface, norm=config.norm, value_head=value_head,
         budget=budget, timers=timers, autocast=autocast,
-        micro_batch_size=config.micro_batch_size,
+        micro_batch_size=config.micro_batch_size, engine=engine,
     )  # fmt: skip

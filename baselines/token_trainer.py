@@ -59,6 +59,8 @@ from rlid import distributed as dist_
 from rlid.advantages import episode_return, group_relative_advantages
 from rlid.config import TrainConfig
 from rlid.distributed import World
+from rlid.engines.gap import gap_row, token_gap
+from rlid.engines.session import EngineSession
 from rlid.hardware import train_mode_without_dropout
 from rlid.loop import (
     HeldOut,
@@ -73,6 +75,7 @@ from rlid.loop import (
     run_iterations,
     setup_hardware,
 )
+from rlid.mismatch import MismatchCorrection
 from rlid.names import AdvantageScale
 from rlid.optim import Stepper, chunks, minibatches
 from rlid.rollout import Episode, gathered_episode_stats
@@ -477,6 +480,21 @@ def sample_stats(
     }
 
 
+def engine_step(
+    ctx: RunContext, session: EngineSession | None, model: torch.nn.Module, result: TokenRollout
+) -> dict[str, Any]:
+    """After the update: sync a served engine (then its probe check), and the gap between
+    the engine's μ and the trainer's π_old over every token generated this iteration, all
+    ranks (:mod:`rlid.engines.gap`)."""
+    synced = {}
+    if session is not None:
+        with ctx.timers.time("sync"):
+            synced = {"probe_gap": session.sync(model)["probe_gap"]}
+    generated = [g for e in result.generated for g in e.decisions]
+    gap = token_gap(generated, MismatchCorrection(ctx.config.mismatch))
+    return {**gap_row(gap, ctx.world), **synced}
+
+
 def train_token(
     config: TrainConfig | None, out: Path, *, resume: bool = False, progress: bool = True
 ) -> RunLog:
@@ -488,7 +506,8 @@ def train_token(
     model, precision, scaler = setup_hardware(config, model)
     model.eval()  # no dropout: rollouts and updates see the same function
     rescoring = Rescoring(tokenizer.pad_token_id, precision.autocast)
-    engine = make_engine(
+    served = config.rollout_engine == "vllm"  # started after begin_run (rlid.engines.session)
+    engine = None if served else make_engine(
         config.rollout_engine, model, rescoring.pad_id, noise=config.engine_noise,
         seed=config.seed, autocast=precision.autocast,
     )  # fmt: skip
@@ -513,6 +532,7 @@ def train_token(
     params = list(parallel.params)  # LoRA: adapters only; FSDP2: the sharded parameters
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     state = TrainState(model, tokenizer, optimizer)
+    session: EngineSession | None = None
 
     def step(iteration: int, rng: np.random.Generator) -> dict[str, Any]:
         # 1. rollout: this rank's groups (DAPO: re-sample zero-variance groups)
@@ -543,11 +563,21 @@ def train_token(
 
         # 4. statistics over all ranks (the loop logs, evaluates and checkpoints)
         stats, _ = gathered_episode_stats(result.generated, world)
-        row = {"iteration": iteration, **stats, **update}
+        row: dict[str, Any] = {"iteration": iteration, **stats, **update}
         row.update(sample_stats(result, config, world))
+        # 5. a served engine gets the new weights; the gap of every sampled token is logged
+        if config.rollout_engine != "trainer":
+            row["engine_gap"] = engine_step(ctx, session, model, result)
         return row
 
     start = begin_run(ctx, state, held_out)
-    run_iterations(ctx, step, state=state, held_out=held_out, start=start, progress=progress)
+    if served:
+        session = EngineSession.start(config, model, tokenizer)
+        policy.engine = session.engine
+    try:
+        run_iterations(ctx, step, state=state, held_out=held_out, start=start, progress=progress)
+    finally:
+        if session is not None:
+            session.close()
     close_envs(train_envs, held_out.envs)
     return log

@@ -28,7 +28,9 @@ from rlid.limits import INT64, check_bounds
 from rlid.names import (
     AdvantageKind,
     AdvantageScale,
+    EngineName,
     EpisodeWeight,
+    Mismatch,
     MixedPrecision,
     ParallelName,
     PlaneName,
@@ -36,6 +38,7 @@ from rlid.names import (
     parse_report_to,
 )
 from rlid.planes import get_plane, plane_names
+from rlid.rollout_engines import TOKEN_PLANE_ENGINE_FIELDS, VLLM_FIELDS, check_rollout_engine
 
 
 def option(default: Any, help: str, **kw: Any) -> Any:
@@ -117,6 +120,48 @@ class TrainConfig:
         4, "episodes per game per iteration (same game, same seed: a group, as in GRPO)"
     )
     temperature: float = option(1.0, "sampling temperature of the behaviour policy")
+
+    # --- rollout engine (rlid.rollout_engines, docs/inference-engine.md) -----------------
+    rollout_engine: EngineName = option(
+        "trainer",
+        "who plays the rollouts: trainer (the trained model itself), vllm (a vLLM engine "
+        "beside it, every plane: weights synced after each update, then a probe check; "
+        "needs the vllm extra), perturbed or bf16 (simulated engines, token plane only)",
+    )
+    mismatch: Mismatch = option(
+        "none",
+        "train-inference correction on rho = pi_old / mu of each sampled action or token "
+        "(mu: the rollout engine's probability): none, tis (weight min(rho, 2)) or icepop "
+        "(weight rho inside [0.5, 5], 0 outside)",
+    )
+    vllm_dtype: WeightDtype = option(
+        "float32", "vllm engine: dtype of its weights and activations (the trainer keeps dtype)"
+    )
+    vllm_max_model_len: int | None = option(
+        None,
+        "vllm engine: longest prompt + completion it takes (unset: the model's context length)",
+    )
+    vllm_gpu_memory_utilization: float = option(
+        0.5,
+        "vllm engine on CUDA: fraction of the GPU's memory it may take (weights + KV cache); "
+        "the trainer shares the GPU",
+    )
+    vllm_kv_cache_gib: float | None = option(
+        None,
+        "vllm engine: KV cache size in GiB (unset: vLLM decides; on a CPU "
+        "$VLLM_CPU_KVCACHE_SPACE or vLLM's default)",
+    )
+    vllm_eager: bool = option(
+        True,
+        "vllm engine: no CUDA graphs or torch.compile (a fast start; false: faster "
+        "decoding on a GPU)",
+    )
+    vllm_probe_tolerance: float | None = option(
+        None,
+        "vllm engine: largest max |log pi_engine - log pi_trainer| on the probe prompt "
+        "accepted after a weight sync before the run stops (unset: 1e-3 for float32, 0.1 "
+        "for bfloat16, 0.05 for float16)",
+    )
 
     # --- optimisation (PPO, Schulman et al. 2017; CleanRL ppo.py defaults where sensible) --
     lr: float = option(1e-4, "AdamW learning rate (3e-4 and up made the label mass collapse here)")
@@ -299,6 +344,7 @@ class TrainConfig:
             )
         if not isinstance(self.env_options, dict):
             raise ValueError("env_options must be a table of option = value")
+        check_rollout_engine(self)
         check_bounds(self)  # counts, sizes and scales within what torch can take
         object.__setattr__(self, "report_to", parse_report_to(self.report_to))
 
@@ -335,6 +381,10 @@ class TrainConfig:
                 del out[name]
         if "report_to" in out:
             out["report_to"] = list(self.report_to)
+        if self.plane != "token":  # token-plane records always held them: kept there
+            for name in TOKEN_PLANE_ENGINE_FIELDS:
+                if out[name] == self.__dataclass_fields__[name].default:
+                    del out[name]
         if self.lora_rank == 0:  # likewise for the LoRA fields
             for name in ("lora_rank", "lora_alpha", "lora_targets"):
                 del out[name]
@@ -437,6 +487,7 @@ _RECORDED_WHEN_CHANGED = (
     "keep_checkpoints",
     "checkpoint_minutes",
     "episode_weight",
+    *VLLM_FIELDS,
 )
 # Fields whose records leave them out at a value other than today's default: the value
 # an absent key means in every record (runs of 0.2 trained with episode_weight "length"

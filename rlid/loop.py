@@ -33,6 +33,7 @@ from rlid import distributed as dist_
 from rlid.budget import Budget, Timers
 from rlid.config import TrainConfig
 from rlid.distributed import World
+from rlid.engines.session import check_engine_installed
 from rlid.env_workers import WorkerEnvs
 from rlid.evaluate import evaluate
 from rlid.hardware import (
@@ -121,6 +122,7 @@ def open_run(
     log = RunLog.open(Path(out), config, resume=resume, writer=world.is_writer, pins=model_pin)
     config = log.config
     check_machine_limits(config)  # threads, workers and batch memory, before the model loads
+    check_engine_installed(config)  # --rollout-engine vllm without vllm: one line, no work
     if plane is not None and config.plane != plane:
         raise ValueError(f"this trainer trains plane={plane!r}, got plane={config.plane!r}")
     world.check_groups(config.groups_per_iter)

@@ -30,13 +30,15 @@ TokenAlgo = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 """The token-plane loss variants (``baselines.losses``)."""
 
 Mismatch = Literal["none", "tis", "icepop"]
-"""Train-inference correction on rho = pi_old / mu (``baselines.losses``)."""
+"""Train-inference correction on rho = pi_old / mu (``rlid.mismatch``)."""
 
 ScoreNorm = Literal["sum", "token", "word"]
 """Action scoring: sum, token-mean or word-mean log-likelihood of an action's tokens."""
 
-EngineName = Literal["trainer", "perturbed", "bf16"]
-"""Token-plane rollout engines (``baselines.engine``; the protocol is ``RolloutEngine``)."""
+EngineName = Literal["trainer", "perturbed", "bf16", "vllm"]
+"""Who plays a run's rollouts: the trainer's own model; the simulated engines of the
+token plane (``baselines.engine``; the protocol is ``RolloutEngine``); or vLLM, for
+every plane (``rlid.engines``)."""
 
 WeightDtype = Literal["float32", "bfloat16", "float16"]
 """Storage dtype of the model weights (``rlid.hardware``)."""

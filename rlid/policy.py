@@ -219,6 +219,12 @@ class DecisionPolicy:
         value_head: optional V(s) head on the last hidden state.
         autocast: context-manager factory around model forwards (mixed precision).
         micro_batch_size: most prompts per rollout forward (None: all at once).
+        engine: a rollout engine with ``readout`` (:class:`rlid.engines.VLLMEngine`) that
+            plays :meth:`act`'s readout instead of the model: rows are drawn from its μ,
+            kept in ``extra["logp_rollout"]`` (chosen row) and
+            ``extra["logp_rollout_rows"]``; ``logp`` is μ too until the trainer
+            re-scores π_old (:func:`rlid.engines.session.rescore_decisions`). The value
+            head then waits for that re-score. :meth:`score` always uses the model.
     """
 
     def __init__(
@@ -232,11 +238,13 @@ class DecisionPolicy:
         timers: Timers | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         micro_batch_size: int | None = None,
+        engine: Any = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.interface = interface
         self.value_head = value_head
+        self.engine = engine
         self.autocast = autocast
         self.micro_batch_size = micro_batch_size
         self.budget = budget if budget is not None else Budget()
@@ -295,14 +303,18 @@ class DecisionPolicy:
             ]
             label_ids = [list(self.labels.token_ids[: len(menu.rows)]) for menu in menus]
         with self.timers.time("forward"), torch.no_grad():
-            logp, label_mass, hidden = join_chunks(
-                [
-                    self.score_ids(prompt_ids[part], label_ids[part], temperature=temperature)
-                    for part in chunks(len(prompt_ids), self.micro_batch_size)
-                ]
-            )
+            if self.engine is None:
+                logp, label_mass, hidden = join_chunks(
+                    [
+                        self.score_ids(prompt_ids[part], label_ids[part], temperature=temperature)
+                        for part in chunks(len(prompt_ids), self.micro_batch_size)
+                    ]
+                )
+            else:
+                logp, label_mass, hidden = self.engine_scores(prompt_ids, label_ids, temperature)
+            value_head = self.value_head if self.engine is None else None  # after the re-score
             chosen, values, entropy = draw_rows(
-                logp, hidden, self.value_head, generator=generator, greedy=greedy
+                logp, hidden, value_head, generator=generator, greedy=greedy
             )
         rows, picked, entropies, vs = drawn_numbers(logp, chosen, entropy, values)
         masses = label_mass.tolist()
@@ -310,6 +322,10 @@ class DecisionPolicy:
         decisions = []
         for b, menu in enumerate(menus):
             c = rows[b]
+            extra: dict[str, Any] = {} if kept is None else {"logp_rows": kept[b, : len(menu.rows)]}
+            if self.engine is not None:
+                extra["logp_rollout"] = picked[b]
+                extra["logp_rollout_rows"] = logp[b, : len(menu.rows)].tolist()
             decisions.append(
                 Decision(
                     action=menu.rows[c].action,
@@ -321,7 +337,7 @@ class DecisionPolicy:
                     prompt_ids=prompt_ids[b],
                     label_ids=label_ids[b],
                     menu=menu,
-                    extra={} if kept is None else {"logp_rows": kept[b, : len(menu.rows)]},
+                    extra=extra,
                     temperature=temperature,
                 )
             )
@@ -340,7 +356,9 @@ class DecisionPolicy:
         temperature: float,
     ) -> list[Decision]:
         """``act`` for a batch with label trees: level 1 of every state in one forward,
-        then one forward per further level over the states still walking (KV cache)."""
+        then one forward per further level over the states still walking (KV cache).
+        Trees are read by the trainer's model also when a rollout engine plays the flat
+        menus (the engine has no KV-reusing level walk): their log-probs are π_old."""
         with self.timers.time("menu"):
             trees = [s if isinstance(s, LabelTree) else tree_of_menu(s) for s in steps]
 
@@ -401,6 +419,16 @@ class DecisionPolicy:
             )
         self.budget.decisions += len(decisions)
         return decisions
+
+    def engine_scores(
+        self, prompt_ids: list[list[int]], label_ids: list[list[int]], temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The engine's readout: logp μ (B, K_max) at ``temperature``, label_mass (B,),
+        and an empty hidden state (B, 0): the engine has no value head."""
+        result = self.engine.readout(prompt_ids, label_ids, temperature=temperature)
+        self.budget.forward_passes += 1
+        self.budget.tokens_processed += result.num_tokens
+        return result.logp, result.label_mass, torch.zeros(len(prompt_ids), 0)
 
     # --------------------------------------------------------------- re-scoring
     def score_ids(
@@ -485,10 +513,12 @@ def decision_policy(
     budget: Budget | None = None,
     timers: Timers | None = None,
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    engine: Any = None,
 ) -> DecisionPolicy:
     """The decision plane's acting policy for ``config`` (its interface and micro-batch
-    size) around ``model`` (``rlid.planes``)."""
+    size) around ``model`` (``rlid.planes``); ``engine``: a rollout engine that plays
+    its readout (:class:`DecisionPolicy`)."""
     return DecisionPolicy(
         model, tokenizer, config.interface, value_head=value_head, budget=budget, timers=timers,
-        autocast=autocast, micro_batch_size=config.micro_batch_size,
+        autocast=autocast, micro_batch_size=config.micro_batch_size, engine=engine,
     )  # fmt: skip

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from rlid.mismatch import MismatchCorrection
+
 Metrics = dict[str, Tensor]
 
 
@@ -272,13 +274,19 @@ def decision_ppo_loss(
     logp_ref_all: Tensor | None = None,
     label_mass: Tensor | None = None,
     position_direction: Tensor | None = None,
+    logp_rollout: Tensor | None = None,
+    correction: MismatchCorrection | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
 
-    loss = −mean_b min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b + kl_coef·mean_b KL_b
+    loss = −mean_b w_b·min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b
+           + kl_coef·mean_b KL_b
            + position_coef·mean_b Σ_k π_b(k) g_b(k)   (g_b: :func:`position_directions`)
            − label_mass_coef·mean_b log m_b           (m_b: the label mass),
-    r = exp(logp_all[b, a_b] − logp_old[b]).
+    r = exp(logp_all[b, a_b] − logp_old[b]), and w_b = 1 unless a rollout engine played
+    the decisions: then w_b = correction(ρ_b), ρ_b = exp(logp_old[b] − logp_rollout[b])
+    = π_old/μ of the chosen row (TIS or IcePop, :mod:`rlid.mismatch`), which weighs the
+    policy-gradient term only, as on the token plane.
 
     Args:
         logp_all: (B, K) log π_θ over menu rows, ``-inf`` on padded rows.
@@ -299,17 +307,28 @@ def decision_ppo_loss(
         position_direction: (B, K) g_b of :func:`position_directions` (0 on padded
             rows); needed when position_coef > 0. Its value is
             :func:`position_bias`, reported by the trainer, not here.
+        logp_rollout: (B,) log μ of the chosen row under the engine that sampled it
+            (the behaviour distribution); needed by a correction other than "none".
+        correction: the mismatch rule on ρ = π_old/μ (None: none).
 
     Returns:
         (loss, metrics) with detached 0-d metrics: ``policy_loss``,
         ``clip_frac`` (decisions where the clipped branch is chosen and
         differs), ``approx_kl`` (mean (r−1) − log r, old → new), ``entropy``
         (mean H_b), ``label_marginal_kl_uniform`` (see that function), and
-        ``kl_ref`` / ``label_mass`` when given, ``label_mass_loss`` when weighted.
+        ``kl_ref`` / ``label_mass`` when given, ``label_mass_loss`` when weighted,
+        ``tis_truncated_frac`` / ``icepop_masked_frac`` (decisions) with that correction.
     """
     _check_inputs(
         logp_all, actions, logp_old, advantages, logp_ref_all, label_mass, position_direction
     )
+    correcting = correction is not None and correction.rule != "none"
+    if correcting and logp_rollout is None:
+        raise ValueError("a mismatch correction needs logp_rollout (log μ of the sampler)")
+    if logp_rollout is not None and logp_rollout.shape != logp_old.shape:
+        raise ValueError(
+            f"logp_rollout must be (B,) = ({logp_old.shape[0]},), got {tuple(logp_rollout.shape)}"
+        )
     clip_eps, ent_coef, kl_coef = coefs.clip_eps, coefs.ent_coef, coefs.kl_coef
     if kl_coef > 0 and logp_ref_all is None:
         raise ValueError("kl_coef > 0 needs logp_ref_all (the reference policy over the menus)")
@@ -332,7 +351,14 @@ def decision_ppo_loss(
     # float32 whatever the model's dtype: the readout returns float32 log-probs, and
     # ratios, advantages and every term below stay in that dtype
     n = max(batch, 1) if normaliser is None else normaliser
-    policy_loss = -torch.minimum(unclipped, clipped).sum() / n
+    surrogate = torch.minimum(unclipped, clipped)  # (B,)
+    rule_metrics: Metrics = {}
+    if correcting:
+        assert correction is not None and logp_rollout is not None  # checked above
+        rho = torch.exp(logp_old.detach() - logp_rollout.detach())  # (B,) π_old / μ
+        weight, rule_metrics = correction.weigh(rho)
+        surrogate = surrogate * weight
+    policy_loss = -surrogate.sum() / n
     entropy = exact_entropy(logp_all).sum() / n
     loss = policy_loss - ent_coef * entropy
 
@@ -344,6 +370,8 @@ def decision_ppo_loss(
         # a batch-level diagnostic: not additive over micro-batches, scaled by its share
         "label_marginal_kl_uniform": label_marginal_kl_uniform(logp_all) * (batch / n),
     }
+    for name, mean in rule_metrics.items():  # the rule's means, as sums / n like the rest
+        metrics[name] = mean * (batch / n)
     if logp_ref_all is not None:
         kl_ref = exact_kl(logp_all, logp_ref_all.detach()).sum() / n
         if kl_coef > 0:

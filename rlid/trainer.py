@@ -33,6 +33,8 @@ from rlid import distributed as dist_
 from rlid.advantages import compute_advantages, shared_states
 from rlid.budget import Budget
 from rlid.config import TrainConfig
+from rlid.engines.gap import decision_gap, gap_row
+from rlid.engines.session import EngineSession, rescore_decisions
 from rlid.hardware import train_mode_without_dropout
 from rlid.loop import (
     HeldOut,
@@ -47,6 +49,7 @@ from rlid.loop import (
     run_iterations,
     setup_hardware,
 )
+from rlid.mismatch import MismatchCorrection
 from rlid.optim import Stepper, chunks, minibatches
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead
@@ -168,6 +171,10 @@ class DecisionBatch:
     def __post_init__(self) -> None:
         self.logp_old = torch.tensor([d.logp for d in self.decisions])  # (N,)
         self.actions = torch.tensor([d.chosen for d in self.decisions])  # (N,)
+        # log μ of the engine that played each decision (the trainer itself: π_old)
+        self.logp_rollout = torch.tensor(
+            [d.extra.get("logp_rollout", d.logp) for d in self.decisions]
+        )  # (N,)
 
 
 @dataclass(frozen=True)
@@ -300,6 +307,7 @@ def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
     names += ["label_mass"]
     names += ["label_mass_loss"] if config.label_mass_coef > 0 else []
     names += ["value_loss"] if policy.value_head is not None else []
+    names += [MISMATCH_METRIC[config.mismatch]] if config.mismatch in MISMATCH_METRIC else []
     return names + ["loss"]
 
 
@@ -370,6 +378,8 @@ def _decision_micro_step(
             logp_ref_all=ref,
             label_mass=label_mass,
             position_direction=direction,
+            logp_rollout=batch.logp_rollout[idx].to(device),
+            correction=MismatchCorrection(config.mismatch),
         )
         if policy.value_head is not None:
             value = policy.value_head(hidden)  # (B,) float32
@@ -382,6 +392,10 @@ def _decision_micro_step(
     if minibatch.positions:
         out["position_sums"] = PositionSums.of(logp_all, minibatch.positions)
     return out
+
+
+MISMATCH_METRIC = {"tis": "tis_truncated_frac", "icepop": "icepop_masked_frac"}
+"""The update metric of each mismatch correction (:func:`rlid.ppo.decision_ppo_loss`)."""
 
 
 def plane_policy_factory(config: TrainConfig) -> Callable[..., MenuPolicy]:
@@ -485,11 +499,20 @@ def train(
     stepper = Stepper(optimizer, params, config.max_grad_norm, scaler)
     state = TrainState(model, tokenizer, optimizer, value_head)
 
+    engine: EngineSession | None = None  # --rollout-engine vllm: started after begin_run
+    acting = policy  # who plays the rollouts: the policy, or the same policy on the engine
+
     def step(iteration: int, rng: np.random.Generator) -> dict[str, Any]:
         # 1. rollout: groups_per_iter games (this rank's share), each played group_size times
         episodes = play_groups(
-            ctx, train_envs, policy, iteration, make_reset_seeds(config, iteration)
+            ctx, train_envs, acting, iteration, make_reset_seeds(config, iteration)
         )
+        if engine is not None:  # the engine's μ is recorded; the ratio needs the trainer's
+            with ctx.timers.time("rescore"):
+                rescore_decisions(
+                    policy, engine_played(episodes),
+                    config.micro_batch_size or config.minibatch_size,
+                )  # fmt: skip
         if ref_policy is not None:
             attach_reference_logprobs(ref_policy, episodes, config.micro_batch_size)
         # 2. advantages
@@ -503,9 +526,41 @@ def train(
         with parallel.update(policy):  # policy.model: the wrapped model, for this block
             update = ppo_update(ctx, policy, batch, stepper, rng)
         # 4. statistics over all ranks (the loop logs, evaluates and checkpoints)
-        return iteration_row(ctx, iteration, episodes, update)
+        row = iteration_row(ctx, iteration, episodes, update)
+        if engine is not None:  # 5. the engine gets the new weights, then the gap is logged
+            row["engine_gap"] = engine_step(ctx, engine, model, episodes)
+        return row
 
     start = begin_run(ctx, state, held_out)
-    run_iterations(ctx, step, state=state, held_out=held_out, start=start, progress=progress)
+    if config.rollout_engine == "vllm":
+        engine = EngineSession.start(config, model, tokenizer)
+        acting = make_policy(
+            model, tokenizer, config.interface, budget=ctx.budget, timers=ctx.timers,
+            autocast=precision.autocast, engine=engine.engine,
+        )  # fmt: skip
+    try:
+        run_iterations(ctx, step, state=state, held_out=held_out, start=start, progress=progress)
+    finally:
+        if engine is not None:
+            engine.close()
     close_envs(train_envs, held_out.envs)
     return log
+
+
+def engine_step(
+    ctx: RunContext, engine: EngineSession, model: torch.nn.Module, episodes: list[Episode]
+) -> dict[str, Any]:
+    """After the update: sync the engine (then its probe check), and the iteration's
+    gap between the engine's μ and the trainer's π_old over all ranks' decisions
+    (:mod:`rlid.engines.gap`)."""
+    with ctx.timers.time("sync"):
+        synced = engine.sync(model)
+    gap = decision_gap(engine_played(episodes), MismatchCorrection(ctx.config.mismatch))
+    return {**gap_row(gap, ctx.world), "probe_gap": synced["probe_gap"]}
+
+
+def engine_played(episodes: list[Episode]) -> list[Decision]:
+    """The decisions the engine played. A label tree's levels (a menu larger than the
+    label alphabet) are read by the trainer itself, so their ``logp`` is already π_old
+    and they carry no ``logp_rollout`` (their ratio π_old/μ is 1)."""
+    return [d for e in episodes for d in e.decisions if "logp_rollout" in d.extra]

@@ -831,9 +831,7 @@ def test_run_configs_committed_as_results_still_read():
     ],
     ids=["episode-weight", "five-seeds", "budget"],
 )
-def test_a_results_page_config_still_plans_the_runs_it_reports(
-    config, run_dirs, arms, monkeypatch
-):
+def test_a_results_page_config_still_plans_the_runs_it_reports(config, run_dirs, arms, monkeypatch):
     """A results page's config, read by today's code, plans exactly the runs committed
     with it (0.2's length runs, runs with equal written out, and 0.3's default, auto),
     so a default changed since cannot silently make it train something else.

@@ -205,6 +205,6 @@ def test_the_large_menu_benchmark_runs_the_three_planes(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(rows) == 3  # the header and one row per bucket
     k10, k50 = (row.split("|")[1:-1] for row in rows[1:])
-    assert (int(k10[0]), float(k10[1])) == (11, 1.0)  # one menu
-    assert int(k50[0]) == 50 and float(k50[1]) >= 2  # a label tree
+    assert 10 <= int(k10[0]) <= 20 and float(k10[1]) == 1.0  # the fixture's nearest: one menu
+    assert int(k50[0]) > int(k10[0]) and float(k50[1]) >= 2  # a label tree
     assert "skipped" not in rows[2]  # every plane measured

@@ -34,8 +34,10 @@ DEFAULT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.05}
 """Largest |log π_engine − log π_trainer| on the probe accepted, by engine dtype."""
 
 
-class StaleEngineError(RuntimeError):
-    """The engine's probe distribution differs from the trainer's beyond the tolerance."""
+class StaleEngineError(ValueError):
+    """The engine's probe distribution differs from the trainer's beyond the tolerance (a
+    ValueError, as a non-finite loss is: the run stops with one line, its last checkpoint
+    kept)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ def compare_probe(
         raise StaleEngineError(
             f"the engine's label log-probs on the probe differ from the trainer's by {gap:.3g} "
             f"(tolerance {tolerance:g}): the engine does not serve the trainer's weights "
-            "(a skipped or failed weight sync, or a dtype gap above the tolerance)"
+            "(a skipped or failed weight sync, or a dtype gap above the tolerance: then "
+            "raise --vllm-probe-tolerance)"
         )
     return gap

@@ -26,8 +26,9 @@ INSTALL_HINT = (
 )
 
 
-class EngineUnavailable(ImportError):
-    """The ``vllm`` package is missing or cannot be imported here."""
+class EngineUnavailable(ImportError, ValueError):
+    """The ``vllm`` package is missing or cannot be imported here (an ImportError, and a
+    ValueError: a setting this environment cannot serve, reported in one line)."""
 
 
 @dataclass(frozen=True)
