@@ -11,4 +11,4 @@ import os as _os
 # Weight loading/saving progress bars of transformers would interleave with ours.
 _os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
