@@ -161,8 +161,28 @@ def release() -> None:
     """
     global _MADE_HERE
     if _MADE_HERE and dist.is_available() and dist.is_initialized():
+        keep_until_exit(dist.group.WORLD)  # unregistered here, destroyed never (see below)
         dist.destroy_process_group()
     _MADE_HERE = False
+
+
+_KEPT: list[Any] = []
+"""Native communication objects of this process's run, kept until :func:`exit_process`."""
+
+
+def keep_until_exit(obj: Any) -> None:
+    """Keep ``obj`` (a process group, a wrapped model) alive until the process ends.
+
+    Destroying a gloo group joins its worker thread while holding the GIL (pybind
+    frees it without releasing the GIL), and that thread, just after completing the
+    last collective, may still be dropping its work object, which takes the GIL to free
+    the work's tensors: both wait for ever. Seen when a stopped run's frames (the DDP
+    reducer) were freed right after the checkpoint's all-gather. Every multi-process
+    entry point ends with :func:`exit_process`, which frees nothing, so these objects
+    are simply never destroyed.
+    """
+    if obj is not None:
+        _KEPT.append(obj)
 
 
 def in_multi_process_run() -> bool:
@@ -491,6 +511,7 @@ class Parallel:
                 )
             self._ddp.register_comm_hook(None, _sum_hook)
             self.train_module = DDPModel(self._ddp)
+            keep_until_exit(self._ddp)  # its reducer holds the group (keep_until_exit)
         elif self.mode == "fsdp":
             broadcast_parameters([module], world)  # FSDP shards rank 0's weights
             mesh = init_device_mesh(device.type, (world.size,))
@@ -499,6 +520,7 @@ class Parallel:
                     fully_shard(layer, mesh=mesh)
                 fully_shard(module, mesh=mesh)
             self._fsdp = [m for m in module.modules() if isinstance(m, FSDPModule)]
+            keep_until_exit((mesh, module))  # they hold the group (keep_until_exit)
             for m in self._fsdp:
                 m.set_gradient_divide_factor(1.0)  # sum, not mean
                 m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
