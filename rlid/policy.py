@@ -377,13 +377,21 @@ class DecisionPolicy:
                 encode_step, memory_texts, limit, self.interface, self.budget,
                 length=lambda e: len(e[0]) + e[2],
             )  # fmt: skip  # a prompt must leave room for the tree's longest path
-            for b in range(len(encoded)):  # still too long: narrower trees, fan-out halved
+            for b in range(len(encoded)):  # still too long: another tree (LabelTree.refits)
                 ids, tree, later, shown = encoded[b]
-                while limit is not None and len(ids) + later > limit and tree.depth > 1:
-                    if self.interface.long_prompts != "shorten" or tree.fanout <= 2:
+                if limit is None or len(ids) + later <= limit or tree.depth <= 1:
+                    continue
+                if self.interface.long_prompts != "shorten":
+                    continue  # the model call refuses the path with its length
+                best = encoded[b]
+                for candidate in tree.refits():
+                    trees[b] = candidate
+                    step = encode_step(b, used[b], shown)
+                    if len(step[0]) + step[2] < len(best[0]) + best[2]:
+                        best = step
+                    if len(step[0]) + step[2] <= limit:
                         break
-                    trees[b] = tree.narrower(max(2, tree.fanout // 2))
-                    ids, tree, later, shown = encoded[b] = encode_step(b, used[b], shown)
+                encoded[b] = best  # the first that fits, else the shortest
             prompt_ids = [e[0] for e in encoded]
             trees = [e[1] for e in encoded]  # as shown (shortened steps lose fields)
         with self.timers.time("forward"), torch.no_grad():

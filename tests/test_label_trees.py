@@ -161,6 +161,27 @@ def test_a_large_group_of_a_two_slot_template_splits_by_its_first_object():
     assert tree.action((0, 1, 2)) == "move ball to bowl"
 
 
+def test_a_tree_too_long_for_the_context_is_refit_narrower_then_as_blocks():
+    objects = ["apple", "ball", "coin", "disk"]
+    boxes = ["cup", "jar", "bowl", "tray", "box", "bin"]
+    legal = [f"move {o} to {b}" for o in objects for b in boxes] + ["look", "wait"]
+    templates = ["move OBJ to OBJ"] * 24 + ["look", "wait"]
+    tree = build_label_tree(legal, labels=ALPHABET, templates=templates, fanout=8)
+    refits = tree.refits()
+    # the same grouping at half the fan-out and half again, then blocks from the full one
+    assert [(t.grouping, t.fanout) for t in refits] == [
+        ("template", 4), ("template", 2), ("blocks", 8), ("blocks", 4), ("blocks", 2),
+    ]  # fmt: skip
+    for t in refits:  # every one is a tree over the same actions, in the same shuffle
+        assert sorted(t.legal_actions) == sorted(legal) and t.permutation == tree.permutation
+        assert sorted(i for _, i in walk_all(t)) == list(range(len(legal)))
+        assert max(len(t.node(p).children) for p in t.menu_paths()) <= t.fanout
+    assert (
+        build_label_tree(legal, labels=ALPHABET, fanout=4, grouping="blocks").refits()[-1].fanout
+        == 2
+    )
+
+
 def test_object_names_holding_the_templates_words_are_read_as_objects():
     objects = ["door to kitchen", "door to hall", "lamp", "wire"]
     legal = [f"connect {a} to {b}" for a in objects for b in objects if a != b]

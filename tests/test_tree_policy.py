@@ -280,3 +280,44 @@ def test_greedy_and_sampled_walks_reach_legal_actions_and_count_their_forwards(m
         assert d.action in state(size, 5 + (size == 40))["legal_actions"]
         assert d.logp == pytest.approx(sum(s.logp for s in d.path), abs=1e-9)
         assert d.label_mass == pytest.approx(math.prod(s.label_mass for s in d.path))
+
+
+def test_a_path_too_long_for_the_context_is_read_from_a_tree_that_fits(tok):
+    """The 404-action ScienceWorld state under a context too short for the template
+    tree's prompt and longest path but long enough for another of its refits: the policy
+    reads it from the first refit that fits (LabelTree.refits), whole and exactly."""
+    from menus.prompt import render_decision_prompt
+    from menus.tokens import encode_prompt
+    from rlid.policy import tree_for_step
+    from rlid.tree_walk import longest_continuation
+
+    fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
+    saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
+    info = {**saved, "afterstates": None}
+    torch.manual_seed(0)
+    small = build_tiny_model(tok, seed=0)
+    policy = DecisionPolicy(small, tok, INTERFACE)
+    tree = tree_for_step(info, INTERFACE, policy.labels, None, np.random.default_rng(0))
+
+    def total(t):  # the prompt with t's first menu, and t's longest path after it
+        prompt = render_decision_prompt(saved["observation"], info, t, INTERFACE, tok)
+        return len(encode_prompt(tok, prompt)) + longest_continuation(
+            t, policy.labels, INTERFACE, tok
+        )
+
+    totals = {(t.grouping, t.fanout): total(t) for t in [tree, *tree.refits()]}
+    limit = min(totals.values())
+    assert totals[(tree.grouping, tree.fanout)] > limit  # the template tree does not fit
+    small.config.max_position_embeddings = limit
+    (d,) = policy.act(
+        [saved["observation"]], [info], [None], rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    chosen = (d.tree.grouping, d.tree.fanout)
+    first_fit = next(k for k in totals if totals[k] <= limit)
+    assert chosen == first_fit and totals[chosen] <= limit
+    with torch.no_grad():
+        logp, _, _ = policy.score([d])
+    probs = logp[0, : d.num_rows].double().exp()
+    assert d.num_rows == len(saved["legal_actions"]) and abs(float(probs.sum()) - 1) < 1e-6
+    assert abs(float(logp[0, d.chosen]) - d.logp) < 1e-6
