@@ -165,3 +165,41 @@ def test_a_skipped_sync_stops_the_run_at_the_probe(tmp_path, monkeypatch):
         run_training(cfg, tmp_path / "stale", resume=False, progress=False)
     metrics = tmp_path / "stale" / "metrics.jsonl"
     assert not metrics.exists() or not metrics.read_text().strip()  # iteration 1 not logged
+
+
+def test_two_processes_with_an_engine_each_train_like_one_on_the_trainer(tmp_path):
+    """torchrun, two ranks, one vLLM engine per rank (rlid.engines.session): the run ends
+    cleanly, every rank's decisions enter the gap, and the episodes, budgets and held-out
+    results are those of one process playing on the trainer."""
+    import os
+    import subprocess
+    import sys
+
+    reference = train(tmp_path, "trainer", config("decision", "trainer"))
+    flags = ["--env", "keydoor", "-o", "size=2", "--model", "tiny-random", "--threads", "1",
+             "--seed", "3", "--steps", "200", "--groups-per-iter", "2", "--eval-episodes", "2",
+             "--rollout-engine", "vllm", "--vllm-kv-cache-gib", "1", "--mismatch", "tis",
+             "--parallel", "ddp", "--quiet", "--out", str(tmp_path / "ddp")]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "rlid", "train", *flags],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    # what tests/test_distributed.py compares: the same episodes (budgets, returns) and
+    # the same held-out result; per-rank diagnostics (the label marginal) are means of
+    # each rank's own, not of the pooled batch
+    assert len(rows) == len(reference) >= 2
+    for a, b in zip(rows, reference):
+        for key in ("env_steps", "episodes", "decisions", "optimizer_steps"):
+            assert a["budget"][key] == b["budget"][key], (a["iteration"], key)
+        for key in ("return", "success", "episode_length"):
+            assert a[key] == pytest.approx(b[key]), (a["iteration"], key)
+    evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("ddp", "trainer")]
+    assert evals[0]["after"]["success"] == pytest.approx(evals[1]["after"]["success"])
+    assert evals[0]["after"]["return"] == pytest.approx(evals[1]["after"]["return"])
+    for row in rows:  # both ranks' decisions, all within float32 rounding
+        assert row["engine_gap"]["units"] > 0 and row["engine_gap"]["logp_abs_max"] <= GAP
