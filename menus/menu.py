@@ -180,6 +180,15 @@ class Menu:
         )
 
 
+def label_strings_of(labels: LabelSet | str | Sequence[str]) -> tuple[str, ...]:
+    """The label strings of a :class:`LabelSet`, an alphabet spec (``"A-Z"``) or a list."""
+    if isinstance(labels, LabelSet):
+        return labels.labels
+    if isinstance(labels, str):
+        return parse_alphabet(labels)
+    return tuple(labels)
+
+
 def compile_menu(
     legal_actions: Sequence[str],
     afterstates: Sequence[str] | None = None,
@@ -207,12 +216,7 @@ def compile_menu(
     """
     legal = list(legal_actions)
     check_actions(legal)
-    if isinstance(labels, LabelSet):
-        label_strings = labels.labels
-    elif isinstance(labels, str):
-        label_strings = parse_alphabet(labels)
-    else:
-        label_strings = tuple(labels)
+    label_strings = label_strings_of(labels)
     if not label_strings:
         raise ValueError("labels is empty")
     if afterstates is not None:

@@ -305,6 +305,20 @@ def _first_menu(legal: Sequence[str], templates: Sequence[str] | None, interface
     return root.children
 
 
+def check_step(
+    info: Mapping[str, Any], interface: Interface, rng: np.random.Generator | None
+) -> None:
+    """Refuse a step the interface cannot compile: a shuffle without an rng, or
+    afterstates asked for where the env gives none."""
+    if interface.shuffle and rng is None:
+        raise ValueError("Interface.shuffle=True needs an rng (numpy.random.default_rng(seed))")
+    if interface.afterstates and info.get("afterstates") is None:
+        raise ValueError(
+            "Interface.afterstates=True but info['afterstates'] is None; build the env with "
+            "afterstates=True or set Interface(afterstates=False)"
+        )
+
+
 def menu_for_step(
     info: Mapping[str, Any],
     interface: Interface,
@@ -315,13 +329,7 @@ def menu_for_step(
     """Compile the menu of one env step as ``interface`` says: afterstates only when
     shown, rows shuffled with ``rng`` only when ``interface.shuffle``, its overflow
     policy, and the memory line only when the interface has a memory."""
-    if interface.shuffle and rng is None:
-        raise ValueError("Interface.shuffle=True needs an rng (numpy.random.default_rng(seed))")
-    if interface.afterstates and info.get("afterstates") is None:
-        raise ValueError(
-            "Interface.afterstates=True but info['afterstates'] is None; build the env with "
-            "afterstates=True or set Interface(afterstates=False)"
-        )
+    check_step(info, interface, rng)
     return compile_menu(
         info["legal_actions"],
         info.get("afterstates") if interface.afterstates else None,

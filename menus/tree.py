@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from menus.labels import LabelSet, parse_alphabet
-from menus.menu import Menu, MenuRow, check_actions
+from menus.labels import LabelSet
+from menus.menu import Menu, MenuRow, check_actions, label_strings_of
 
 Grouping = Literal["template", "blocks"]
 GROUPINGS: tuple[str, ...] = ("template", "blocks")
@@ -442,12 +442,7 @@ def build_label_tree(
     """
     legal = list(legal_actions)
     check_actions(legal)
-    if isinstance(labels, LabelSet):
-        label_strings = labels.labels
-    elif isinstance(labels, str):
-        label_strings = parse_alphabet(labels)
-    else:
-        label_strings = tuple(labels)
+    label_strings = label_strings_of(labels)
     fanout = len(label_strings) if fanout is None else fanout
     if not 2 <= fanout <= len(label_strings):
         raise ValueError(

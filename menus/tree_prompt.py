@@ -46,6 +46,7 @@ from menus.prompt import (
     ACTIONS_HEADER,
     ANSWER_CUE,
     _chat,
+    check_step,
     label_context,
     menu_for_step,
     resolve_template,
@@ -73,13 +74,7 @@ def tree_for_step(
     if interface.overflow != "tree" or len(legal) <= fanout:
         capped = label_strings[:fanout] if interface.overflow == "tree" else labels
         return menu_for_step(info, interface, capped, memory, rng)
-    if interface.shuffle and rng is None:
-        raise ValueError("Interface.shuffle=True needs an rng (numpy.random.default_rng(seed))")
-    if interface.afterstates and info.get("afterstates") is None:
-        raise ValueError(
-            "Interface.afterstates=True but info['afterstates'] is None; build the env with "
-            "afterstates=True or set Interface(afterstates=False)"
-        )
+    check_step(info, interface, rng)
     order = rng.permutation(len(legal)) if interface.shuffle and rng is not None else None
     memory_text = memory.render() if isinstance(memory, MemoryProvider) else memory
     return build_label_tree(

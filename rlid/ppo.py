@@ -377,8 +377,24 @@ def decision_ppo_loss(
         if kl_coef > 0:
             loss = loss + kl_coef * kl_ref
         metrics["kl_ref"] = kl_ref
+    loss = add_menu_terms(loss, metrics, coefs, logp_all, position_direction, label_mass, n)
+    return loss, {name: value.detach() for name, value in metrics.items()}
+
+
+def add_menu_terms(
+    loss: Tensor,
+    metrics: Metrics,
+    coefs: PPOCoefs,
+    logp_menu: Tensor,
+    position_direction: Tensor | None,
+    label_mass: Tensor | None,
+    n: float | Tensor,
+) -> Tensor:
+    """``loss`` plus the position penalty over the rows of ``logp_menu`` (B, K) and the
+    label-mass term, each summed over the batch and divided by ``n``; ``metrics`` gains
+    ``label_mass`` and ``label_mass_loss`` (a label tree passes its first menu)."""
     if coefs.position_coef > 0 and position_direction is not None:
-        _, _, probs = _menu_probs(logp_all)
+        _, _, probs = _menu_probs(logp_menu)
         loss = loss + coefs.position_coef * (probs * position_direction.detach()).sum() / n
     if label_mass is not None:
         metrics["label_mass"] = label_mass.sum() / n
@@ -386,7 +402,7 @@ def decision_ppo_loss(
         mass_loss = -torch.log(label_mass.clamp_min(1e-12)).sum() / n
         loss = loss + coefs.label_mass_coef * mass_loss
         metrics["label_mass_loss"] = mass_loss
-    return loss, {name: value.detach() for name, value in metrics.items()}
+    return loss
 
 
 def value_loss(values: Tensor, targets: Tensor, normaliser: float | Tensor) -> Tensor:

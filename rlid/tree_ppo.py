@@ -34,7 +34,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rlid.ppo import Metrics, PPOCoefs, exact_entropy, exact_kl, label_marginal_kl_uniform
+from rlid.ppo import (
+    Metrics,
+    PPOCoefs,
+    add_menu_terms,
+    exact_entropy,
+    exact_kl,
+    label_marginal_kl_uniform,
+)
 
 _DEFAULT_COEFS = PPOCoefs()
 
@@ -140,14 +147,5 @@ def factored_ppo_loss(
         if coefs.kl_coef > 0:
             loss = loss + coefs.kl_coef * kl_ref
         metrics["kl_ref"] = kl_ref
-    if coefs.position_coef > 0 and position_direction is not None:
-        valid = first != -torch.inf
-        probs = torch.where(valid, first.exp(), 0.0)
-        loss = loss + coefs.position_coef * (probs * position_direction.detach()).sum() / n
-    if label_mass is not None:
-        metrics["label_mass"] = label_mass.sum() / n
-    if coefs.label_mass_coef > 0 and label_mass is not None:
-        mass_loss = -torch.log(label_mass.clamp_min(1e-12)).sum() / n
-        loss = loss + coefs.label_mass_coef * mass_loss
-        metrics["label_mass_loss"] = mass_loss
+    loss = add_menu_terms(loss, metrics, coefs, first, position_direction, label_mass, n)
     return loss, {name: value.detach() for name, value in metrics.items()}
