@@ -33,8 +33,6 @@ separate inference engine must (:func:`completion_logprobs`).
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
@@ -43,6 +41,7 @@ import numpy as np
 import torch
 
 from rlid.readout import capture_final_hidden, left_pad_ids
+from rlid.tree_readout import cache_kwarg, returned_cache
 
 Ragged = list[list[int]]
 
@@ -67,20 +66,6 @@ class RolloutEngine(Protocol):
 
 
 # --------------------------------------------------------------------------- forwards
-def _cache_kwarg(model: torch.nn.Module) -> str:
-    """transformers >= 5 calls the KV cache ``cache``; earlier versions ``past_key_values``."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _returned_cache(output: Any) -> Any:
-    """The output's KV cache, or None (without touching a deprecated field name)."""
-    names = {f.name for f in dataclasses.fields(output)} if dataclasses.is_dataclass(output) else ()
-    if "cache" in names:
-        return output.cache
-    return getattr(output, "past_key_values", None)
-
-
 def _checkpointing(model: torch.nn.Module) -> bool:
     """Whether activation (gradient) checkpointing is on (transformers >= 5 renamed it)."""
     flag = getattr(model, "is_activation_checkpointing", None)
@@ -195,7 +180,7 @@ def shared_prompt_logprobs(
     if model.training and _checkpointing(model):
         return None  # the model would drop the cache (and warn): no wasted prompt forward
     device = _device(model)
-    cache_kw = _cache_kwarg(model)
+    cache_kw = cache_kwarg(model)
     prompt_input, prompt_mask = left_pad_ids(prompt_ids, pad_id)
     prompt_input, prompt_mask = prompt_input.to(device), prompt_mask.to(device)
     with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
@@ -206,7 +191,7 @@ def shared_prompt_logprobs(
             use_cache=True,
             logits_to_keep=1,
         )
-    cache = _returned_cache(out)
+    cache = returned_cache(out)
     if cache is None or not hasattr(cache, "batch_select_indices"):
         return None
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (B, V): token 0's
@@ -254,7 +239,7 @@ class TrainerEngine:
     def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
         self.model = model
         self.pad_id = pad_id
-        self._cache_kw = _cache_kwarg(model)
+        self._cache_kw = cache_kwarg(model)
         self.forward_autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     def autocast(self) -> AbstractContextManager[Any]:
@@ -305,7 +290,7 @@ class TrainerEngine:
                     logits_to_keep=1,
                     **{self._cache_kw: cache},
                 )
-            cache = _returned_cache(out)
+            cache = returned_cache(out)
             logits = self.adjust_logits(out.logits[:, -1].float(), positions, previous)  # (B, V)
             # the behaviour distribution, float32: what is sampled is what is stored
             logp = torch.log_softmax(logits / temperature, dim=-1)

@@ -63,6 +63,7 @@ from rlid.mismatch import (
     ICEPOP_LOW,
     MISMATCH_RULES,
     TIS_CAP,
+    MismatchCorrection,
     MismatchRule,
 )
 from rlid.names import Mismatch, TokenAlgo
@@ -334,12 +335,8 @@ class TokenLoss:
         _lookup(MISMATCH_RULES, self.mismatch, "mismatch")
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")
-        if self.tis_cap <= 0 or not 0 <= self.icepop_low <= self.icepop_high:
-            raise ValueError(
-                f"need tis_cap > 0 and 0 <= icepop_low <= icepop_high, got "
-                f"tis_cap={self.tis_cap}, icepop_low={self.icepop_low}, "
-                f"icepop_high={self.icepop_high}"
-            )
+        # the rule's bounds, checked where they are defined
+        MismatchCorrection(self.mismatch, self.tis_cap, self.icepop_low, self.icepop_high)
 
 
 def token_policy_loss(
