@@ -59,8 +59,9 @@ class TrainConfig:
     )
     model: str = option(
         "tiny",
-        "'tiny' (the embedded default, warm-started; built once and cached on first use), "
-        "'tiny-random' (its random initialisation) or a local Hugging Face model directory",
+        "'tiny' (the shipped warm start, loaded from the package), 'tiny-play' (the "
+        "random-play start, built and cached on first use), 'tiny-random' (their random "
+        "initialisation) or a local Hugging Face model directory",
     )
     steps: int = option(
         2000,
