@@ -11,7 +11,8 @@ from rlid.config import TrainConfig
 
 
 # ---------------------------------------------------------------------- model card
-def _wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a success rate (95% by default); NaNs for n = 0."""
     if n == 0:
         return (math.nan, math.nan)
     p = successes / n
@@ -78,7 +79,7 @@ def model_card(
         if not stats:
             continue
         n = int(stats.get("episodes", 0))
-        lo, hi = _wilson(stats["success"] * n, n)
+        lo, hi = wilson_interval(stats["success"] * n, n)
         lines.append(
             f"| {when} training | {stats['success']:.3f} [{lo:.3f}, {hi:.3f}] | "
             f"{stats['return']:.3f} | {stats['episode_length']:.2f} | {n} |"
