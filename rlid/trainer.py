@@ -125,8 +125,11 @@ def preflight_menu_sizes(
         reach = max((i + 1 for i, label in enumerate(labels) if label in answered), default=0)
         never = list(labels[reach : min(biggest, max_rows)])
         if never:
+            shown = f"menus of up to {biggest} rows"
+            if biggest > max_rows and interface.overflow == "tree":
+                shown += f" (read as label trees of at most {max_rows} rows per level)"
             print(
-                f"rlid train: warning: this env shows menus of up to {biggest} rows, and the "
+                f"rlid train: warning: this env shows {shown}, and the "
                 f"warm start {model} was never trained to answer with a label past "
                 f"{labels[reach - 1] if reach else 'none'} ({len(never)} of their labels: "
                 f"{' '.join(never[:8])}{' ...' if len(never) > 8 else ''}; its "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from rlid.loop import RunContext
 from rlid.optim import Stepper
 from rlid.runs.dir import read_metrics
 from rlid.starts import load_policy_model
-from rlid.trainer import DecisionBatch
+from rlid.trainer import DecisionBatch, preflight_menu_sizes
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 
@@ -436,3 +437,37 @@ def test_rows_labelled_beyond_the_warm_starts_answers_are_warned_about(capsys):
     assert warning({"A": 1, "C": 1, labels[biggest - 1]: 1}) == ""  # a gap is not a warning
     assert warning(None) == ""  # no record: nothing to say
     assert "past none" in warning({"a": 3})  # answered in another alphabet only
+
+
+class _FixedMenu:
+    """An env whose every state shows ``n`` legal actions; one step ends it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def reset(self, seed=None):
+        return "", {"legal_actions": [f"a{i}" for i in range(self.n)]}
+
+    def step(self, action):
+        return "", 0.0, True, False, {"legal_actions": []}
+
+
+def test_preflight_names_the_labels_a_start_never_answered(capsys):
+    labels, answered = list("ABCDE"), {"A": 3, "B": 1}
+    tree = SimpleNamespace(overflow="tree", labels="A-E")
+    preflight_menu_sizes([_FixedMenu(4)], 5, tree, labels=labels, answered=answered, model="tiny")
+    err = capsys.readouterr().err
+    assert (
+        "shows menus of up to 4 rows, and the warm start tiny was never trained to answer " in err
+    )
+    assert "with a label past B (2 of their labels: C D;" in err
+    # a menu larger than the alphabet is read level by level: every label is used
+    preflight_menu_sizes([_FixedMenu(12)], 5, tree, labels=labels, answered=answered, model="tiny")
+    err = capsys.readouterr().err
+    assert "menus of up to 12 rows (read as label trees of at most 5 rows per level)" in err
+    assert "(3 of their labels: C D E;" in err
+    # a start that answered with every label the menus use: silent
+    preflight_menu_sizes([_FixedMenu(2)], 5, tree, labels=labels, answered=answered, model="tiny")
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="shows up to 12 legal actions but the label alphabet"):
+        preflight_menu_sizes([_FixedMenu(12)], 5, SimpleNamespace(overflow="error", labels="A-E"))
