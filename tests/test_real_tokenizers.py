@@ -300,3 +300,43 @@ def test_a_local_chat_model_with_a_real_vocabulary_trains_and_evaluates(
     assert evals["prompt_template"] == "chat" and evals["model_origin"] == "local"
     assert "prompt template chat" in (out / "summary.md").read_text()
     assert cli_main(["eval", "--run", str(out), "--episodes", "2", "--json"]) == 0
+
+
+def _whole_prompt_ids(tok, prompt, texts):
+    """The definition: each continuation encoded after the whole prompt."""
+    prompt_ids = encode_prompt(tok, prompt)
+    return prompt_ids, [encode_prompt(tok, prompt + text)[len(prompt_ids) :] for text in texts]
+
+
+@pytest.mark.parametrize(
+    "vocab,template,short_way",
+    [
+        ("tiny", None, True),
+        ("mistral", None, False),  # SentencePiece marks a text's start: the whole prompt
+        ("mistral", MISTRAL_TEMPLATE, False),
+        ("qwen", None, True),
+        ("qwen", CHATML_TEMPLATE, True),
+    ],
+)
+def test_continuations_after_the_last_line_equal_the_whole_prompts(
+    request, vocab, template, short_way
+):
+    """A scoring prompt over the 404 actions of a real ScienceWorld state: every
+    continuation's ids equal those encoded after the whole prompt, whichever way
+    continuation_ids took (the last line where the newline is a clean boundary)."""
+    from menus.tokens import _last_line
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer() if vocab == "tiny" else request.getfixturevalue(vocab)[1]
+    if template is not None:
+        tok = _with_template(tok, template)
+    fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
+    saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
+    info = {**saved, "afterstates": None}
+    interface = Interface(memory="none")
+    _, prefix = command_context(interface, tok)
+    prompt = render_token_prompt(saved["observation"], info, interface, tok)
+    texts = [command_completion(action, prefix) for action in saved["legal_actions"]]
+    assert len(texts) > 400
+    assert continuation_ids(tok, prompt, texts) == _whole_prompt_ids(tok, prompt, texts)
+    assert (_last_line(tok, prompt, encode_prompt(tok, prompt)) is not None) == short_way
