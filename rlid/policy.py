@@ -361,15 +361,25 @@ class DecisionPolicy:
         menus (the engine has no KV-reusing level walk): their log-probs are π_old."""
         with self.timers.time("menu"):
             trees = [s if isinstance(s, LabelTree) else tree_of_menu(s) for s in steps]
+            # each tree's longest path, by the tree and whether it shows afterstates (a
+            # shortened prompt drops the memory line, which no later level shows)
+            longest: list[list[tuple[LabelTree, bool, int]]] = [[] for _ in trees]
 
             def encode_step(b: int, memory: str | None, interface: Interface) -> Any:
-                tree = trees[b] if memory is not None else replace(trees[b], memory=None)
+                base = trees[b]
+                tree = base if memory is not None else replace(base, memory=None)
                 if not interface.afterstates:
                     tree = replace(tree, afterstates=None)
                 prompt = render_decision_prompt(
                     observations[b], infos[b], tree, interface, self.tokenizer, memory_text=memory
                 )
-                later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
+                bare = tree.afterstates is None
+                known = [n for t, a, n in longest[b] if t is base and a == bare]
+                if known:
+                    later = known[0]
+                else:
+                    later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
+                    longest[b].append((base, bare, later))
                 return encode_prompt(self.tokenizer, prompt), tree, later, interface
 
             limit = context_limit(self.model)
