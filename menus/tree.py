@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from menus.labels import LabelSet
@@ -112,6 +112,10 @@ class LabelTree:
     """Most rows of one menu."""
     templates: tuple[str, ...] | None = None
     """Each legal action's template (the grouping's input), or ``None``."""
+    row_words: int = 0
+    """Most words a row shows (0: all): a longer row keeps its first words and its last
+    three, with ``...`` between (:func:`elide`). Only :meth:`refits` sets it, for paths
+    that do not fit a model's context otherwise; the actions themselves are unchanged."""
     _leaves: dict[int, tuple[int, ...]] = field(
         init=False, default_factory=dict, compare=False, repr=False
     )
@@ -161,7 +165,7 @@ class LabelTree:
         if node.is_leaf:
             raise KeyError(f"path {tuple(path)} ends on an action, not a menu")
         return tuple(
-            MenuRow(label, child.text, self._afterstate(child))
+            MenuRow(label, elide(child.text, self.row_words), self._afterstate(child))
             for label, child in zip(self.labels, node.children)
         )
 
@@ -247,8 +251,12 @@ class LabelTree:
             f = max(2, f // 2)
             fanouts.append(f)
         out = [self.narrower(f) for f in fanouts]
+        blocks = [self.narrower(f, "blocks") for f in [self.fanout, *fanouts]]
         if self.grouping != "blocks":
-            out += [self.narrower(f, "blocks") for f in [self.fanout, *fanouts]]
+            out += blocks
+        # last: the same block trees with rows cut to a few words (ScienceWorld names
+        # objects by their contents: "flower pot containing apple tree and ... soil")
+        out += [replace(tree, row_words=words) for words in ELIDED_ROW_WORDS for tree in blocks]
         return out
 
     def _afterstate(self, node: TreeNode) -> str | None:
@@ -268,6 +276,20 @@ def group_head(key: str, from_template: bool) -> str:
     if from_template and _SLOT.search(key):
         return _SLOT.sub(PLACEHOLDER, key)
     return f"{key} {PLACEHOLDER}"
+
+
+ELIDED_ROW_WORDS = (8, 5)
+"""The row lengths (words) :meth:`LabelTree.refits` tries last, longest first."""
+
+
+def elide(text: str, words: int) -> str:
+    """``text`` cut to ``words`` words (0: unchanged): its first ``words - 3``, ``...``,
+    and its last three (a range's end and its count stay readable)."""
+    parts = text.split()
+    if words <= 0 or len(parts) <= words:
+        return text
+    head = max(1, words - 3)
+    return " ".join([*parts[:head], PLACEHOLDER, *parts[-3:]])
 
 
 def _count(size: int) -> str:

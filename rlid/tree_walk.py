@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from menus import Interface, LabelSet, label_context
-from menus.tokens import continuation_ids, encode
+from menus.tokens import continuation_ids
 from menus.tree import LabelTree
 from menus.tree_prompt import level_continuation
 from rlid.models import CausalLM
@@ -102,15 +102,15 @@ def segment_ids(
 def longest_continuation(
     tree: LabelTree, labels: LabelSet, interface: Interface, tokenizer: Any
 ) -> int:
-    """About the most tokens the later levels of ``tree`` append to its prompt (over every
-    path): what a decision over the tree may need beyond its first prompt. Each menu's
-    text is encoded once on its own, plus its label and one token of margin (a
-    tokenizer may split the text differently where it follows the label)."""
+    """The most tokens the later levels of ``tree`` append to its prompt, over every
+    path: exactly the longest sum of :func:`segment_ids` along a path (what a walk
+    appends), so a tree whose first prompt plus this fits the context never meets a
+    longer path."""
     added: dict[tuple[int, ...], int] = {(): 0}
     for path in tree.menu_paths():  # parents before their groups
         if path:
-            text = level_continuation(tree, path, tree.labels[path[-1]], interface, tokenizer)
-            added[path] = added[path[:-1]] + len(encode(tokenizer, text)) + 2
+            segment = segment_ids(tree, path, labels, interface, tokenizer)
+            added[path] = added[path[:-1]] + len(segment)
     return max(added.values())
 
 

@@ -5,6 +5,7 @@ and a state whose actions fit is exactly today's flat menu."""
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from menus import Interface, compile_menu, menu_for_step, render_token_prompt
-from menus.tree import LabelTree, build_label_tree, group_head, tree_of_menu
+from menus.tree import LabelTree, build_label_tree, elide, group_head, tree_of_menu
 from menus.tree_prompt import level_continuation, tree_for_step
 from rlid.tokenizer import build_tiny_tokenizer
 
@@ -168,9 +169,12 @@ def test_a_tree_too_long_for_the_context_is_refit_narrower_then_as_blocks():
     templates = ["move OBJ to OBJ"] * 24 + ["look", "wait"]
     tree = build_label_tree(legal, labels=ALPHABET, templates=templates, fanout=8)
     refits = tree.refits()
-    # the same grouping at half the fan-out and half again, then blocks from the full one
-    assert [(t.grouping, t.fanout) for t in refits] == [
-        ("template", 4), ("template", 2), ("blocks", 8), ("blocks", 4), ("blocks", 2),
+    # the same grouping at half the fan-out and half again, then blocks from the full one,
+    # then those block trees with rows cut to 8 words, then to 5
+    assert [(t.grouping, t.fanout, t.row_words) for t in refits] == [
+        ("template", 4, 0), ("template", 2, 0), ("blocks", 8, 0), ("blocks", 4, 0),
+        ("blocks", 2, 0), ("blocks", 8, 8), ("blocks", 4, 8), ("blocks", 2, 8),
+        ("blocks", 8, 5), ("blocks", 4, 5), ("blocks", 2, 5),
     ]  # fmt: skip
     for t in refits:  # every one is a tree over the same actions, in the same shuffle
         assert sorted(t.legal_actions) == sorted(legal) and t.permutation == tree.permutation
@@ -180,6 +184,23 @@ def test_a_tree_too_long_for_the_context_is_refit_narrower_then_as_blocks():
         build_label_tree(legal, labels=ALPHABET, fanout=4, grouping="blocks").refits()[-1].fanout
         == 2
     )
+
+
+def test_elided_rows_keep_their_first_words_and_last_three():
+    text = "move orange to flower pot containing apple tree and pollen and soil (12 actions)"
+    assert elide(text, 8) == "move orange to flower pot ... soil (12 actions)"
+    assert elide(text, 5) == "move orange ... soil (12 actions)"
+    assert elide(text, 0) == text and elide("look around", 5) == "look around"
+    legal = [f"move {o} to flower pot containing {o} and soil" for o in ("apple", "pea", "rose")]
+    tree = build_label_tree(legal, labels=ALPHABET, fanout=2, grouping="blocks")
+    short = replace(tree, row_words=5)
+    assert [row.action for row in short.rows(())] == [
+        "move apple ... soil (2 actions)", "move rose ... rose and soil",
+    ]  # fmt: skip  # the rows are cut; the actions are not
+    assert [short.action(p) for p, _ in walk_all(short)] == [
+        tree.action(p) for p, _ in walk_all(tree)
+    ]
+    assert short.path_to(2) == tree.path_to(2)
 
 
 def test_object_names_holding_the_templates_words_are_read_as_objects():

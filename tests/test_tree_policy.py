@@ -321,3 +321,40 @@ def test_a_path_too_long_for_the_context_is_read_from_a_tree_that_fits(tok):
     probs = logp[0, : d.num_rows].double().exp()
     assert d.num_rows == len(saved["legal_actions"]) and abs(float(probs.sum()) - 1) < 1e-6
     assert abs(float(logp[0, d.chosen]) - d.logp) < 1e-6
+
+
+def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(model, tok):
+    """tests/data/scienceworld_long_names.json: 1,371 legal actions of ScienceWorld
+    (find-plant, easy preset) naming objects by their contents ("flower pot containing
+    apple tree and flower and ... soil"). No tree of whole rows has its longest path
+    within the tiny models' 1,024 positions, even on the shortest prompt; the refits end
+    with block trees whose rows are cut to a few words, and the policy takes the first
+    that fits: every path of it fits, and every action stays reachable."""
+    from dataclasses import replace
+
+    from menus import label_set_for, render_decision_prompt
+    from menus.tokens import encode_prompt
+    from menus.tree_prompt import tree_for_step
+    from rlid.tree_walk import longest_continuation
+
+    saved = json.loads(
+        (Path(__file__).with_name("data") / "scienceworld_long_names.json").read_text()
+    )
+    info = {**saved, "afterstates": None}
+    interface = replace(INTERFACE, labels="auto")
+    labels = label_set_for(interface, tok)
+    bare = replace(interface, observation=False)
+    tree = tree_for_step(info, interface, labels, None, np.random.default_rng(0))
+    for candidate in [tree, *tree.refits()]:
+        if candidate.row_words == 0:  # whole rows: too long however the tree is shaped
+            prompt = render_decision_prompt(saved["observation"], info, candidate, bare, tok)
+            later = longest_continuation(candidate, labels, interface, tok)
+            assert len(encode_prompt(tok, prompt)) + later > 1024
+    policy = DecisionPolicy(model, tok, interface)
+    d = policy.act(
+        [saved["observation"]], [info], [None], rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+    )[0]  # fmt: skip
+    assert d.tree.row_words > 0 and d.action in saved["legal_actions"]
+    assert len(d.prompt_ids) + longest_continuation(d.tree, labels, interface, tok) <= 1024
+    assert sorted(d.tree.path_to(i) for i in range(1371)) and d.tree.menu.num_legal == 1371
