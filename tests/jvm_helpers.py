@@ -84,12 +84,20 @@ def wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
+def _sigint_default() -> None:
+    """A shell runs a background job (``make test &``, nohup) with SIGINT ignored, and a
+    child inherits that: its Ctrl-C would do nothing. A terminal's foreground run has the
+    default, which Python turns into KeyboardInterrupt; restore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(env_id: str, options: dict, workers: int) -> subprocess.Popen:
     """A run in its own session (a terminal's Ctrl-C is then ``killpg(SIGINT)``), ready."""
     run = subprocess.Popen(
         [sys.executable, "-c", RUN_SCRIPT, env_id, json.dumps(options), str(workers)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_sigint_default,
     )  # fmt: skip
     assert run.stdout is not None
     line = run.stdout.readline().strip()
@@ -112,7 +120,7 @@ def kill_run_and_check(run: subprocess.Popen, how: str, expected_jvms: int) -> N
         run.send_signal(signal.SIGTERM)
     else:
         run.kill()
-    try:  # generous: a loaded 2-core machine has taken over 30 s to run the Ctrl-C cleanup
+    try:  # generous: a loaded 2-core machine is slow to clean up
         run.wait(timeout=90)
     except subprocess.TimeoutExpired as late:
         os.killpg(run.pid, signal.SIGKILL)  # the run and its JVMs: nothing left behind
