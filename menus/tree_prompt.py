@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from menus.interface import Interface
-from menus.labels import LabelSet, parse_alphabet
+from menus.labels import LabelSet
 from menus.memory import MemoryProvider
-from menus.menu import Menu
+from menus.menu import Menu, label_strings_of
 from menus.prompt import (
     ACTIONS_HEADER,
     ANSWER_CUE,
@@ -69,7 +69,7 @@ def tree_for_step(
     :class:`LabelTree`. The shuffle draws one permutation either way, so a step whose
     actions fit is compiled exactly as :func:`menu_for_step` compiles it."""
     legal = info["legal_actions"]
-    label_strings = _label_strings(labels)
+    label_strings = label_strings_of(labels)
     fanout = interface.fanout(len(label_strings))
     if interface.overflow != "tree" or len(legal) <= fanout:
         capped = label_strings[:fanout] if interface.overflow == "tree" else labels
@@ -87,14 +87,6 @@ def tree_for_step(
         fanout=fanout,
         grouping=interface.tree_grouping,
     )
-
-
-def _label_strings(labels: LabelSet | str | Sequence[str]) -> tuple[str, ...]:
-    if isinstance(labels, LabelSet):
-        return labels.labels
-    if isinstance(labels, str):
-        return parse_alphabet(labels)
-    return tuple(labels)
 
 
 def level_body(tree: LabelTree, path: Sequence[int], interface: Interface) -> str:
