@@ -100,14 +100,20 @@ def continuation_ids(
     """
     prompt_ids = encode_prompt(tokenizer, prompt)
     last = _last_line(tokenizer, prompt, prompt_ids) if len(continuations) > 2 else None
+
+    def after_last_line(text: str) -> list[int] | None:
+        """``text``'s ids after the last line alone; None where it merges with it."""
+        assert last is not None
+        line, line_ids = last
+        ids = encode(tokenizer, line + text)
+        return ids[len(line_ids) :] if ids[: len(line_ids)] == line_ids else None
+
     out: list[list[int]] = []
     for i, text in enumerate(continuations):
-        if last is not None and i > 0:
-            line, line_ids = last
-            ids = encode(tokenizer, line + text)
-            if ids[: len(line_ids)] == line_ids:
-                out.append(ids[len(line_ids) :])
-                continue
+        short = after_last_line(text) if last is not None and i > 0 else None
+        if short is not None:
+            out.append(short)
+            continue
         full = encode_prompt(tokenizer, prompt + text)
         if full[: len(prompt_ids)] != prompt_ids:
             raise ValueError(
@@ -116,9 +122,6 @@ def continuation_ids(
                 "separable; end the prompt with a cue the continuation cannot merge with"
             )
         out.append(full[len(prompt_ids) :])
-        if last is not None and i == 0:
-            line, line_ids = last
-            ids = encode(tokenizer, line + text)
-            if ids[: len(line_ids)] != line_ids or ids[len(line_ids) :] != out[0]:
-                last = None
+        if last is not None and i == 0 and after_last_line(text) != out[0]:
+            last = None  # the short way disagrees here: the whole prompt for every one
     return prompt_ids, out

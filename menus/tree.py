@@ -251,8 +251,10 @@ class LabelTree:
             f = max(2, f // 2)
             fanouts.append(f)
         out = [self.narrower(f) for f in fanouts]
-        blocks = [self.narrower(f, "blocks") for f in [self.fanout, *fanouts]]
-        if self.grouping != "blocks":
+        if self.grouping == "blocks":  # these are the block trees already
+            blocks = [replace(self, row_words=0), *out]
+        else:
+            blocks = [self.narrower(f, "blocks") for f in [self.fanout, *fanouts]]
             out += blocks
         # last: the same block trees with rows cut to a few words (ScienceWorld names
         # objects by their contents: "flower pot containing apple tree and ... soil")
