@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config.is_file():
         parser.error(f"--config {args.config} is not a file")
     names = args.settings.split(",") if args.settings else settings_of(args.config)
+    if not names:
+        parser.error(
+            f"{args.config} has no setting to play outside ScienceWorld; name some with --settings"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     print("| setting | shipped start [95% Wilson] | candidate | inside |")
     print("|---|---|---|---|")

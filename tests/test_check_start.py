@@ -64,3 +64,15 @@ def test_bad_start_is_one_line(tmp_path, capsys):
         load_script().main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     assert stop.value.code == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_a_config_with_nothing_to_play_is_one_line(tmp_path, capsys):
+    config = tmp_path / "sw.toml"
+    config.write_text('[[envs]]\nname = "sw-find-plant"\nid = "scienceworld"\n')
+    (tmp_path / "start").mkdir()
+    with pytest.raises(SystemExit) as stop:
+        load_script().main(
+            [str(tmp_path / "start"), "--config", str(config), "--out", str(tmp_path / "o")]
+        )
+    assert stop.value.code == 2
+    assert "has no setting to play outside ScienceWorld" in capsys.readouterr().err
