@@ -60,6 +60,9 @@ from rlid.tree_walk import (
 
 T = TypeVar("T")
 
+# the most label-tree menus whose token counts a policy keeps (their texts: tens of MB at most)
+SEGMENT_MEMO_SIZE = 10_000
+
 
 @dataclass
 class Decision:
@@ -254,6 +257,8 @@ class DecisionPolicy:
             tokenizer, candidates=interface.labels, context=context, prefix=prefix
         )
         self.pad_id = tokenizer.pad_token_id
+        # label-tree menus' token counts, for longest_continuation (bounded: cleared when full)
+        self._segment_lengths: dict[tuple[str, str], int] = {}
 
     @property
     def max_menu_size(self) -> int:
@@ -378,7 +383,12 @@ class DecisionPolicy:
                 if known:
                     later = known[0]
                 else:
-                    later = longest_continuation(tree, self.labels, self.interface, self.tokenizer)
+                    if len(self._segment_lengths) > SEGMENT_MEMO_SIZE:
+                        self._segment_lengths.clear()
+                    later = longest_continuation(
+                        tree, self.labels, self.interface, self.tokenizer,
+                        memo=self._segment_lengths,
+                    )  # fmt: skip
                     longest[b].append((base, bare, later))
                 return encode_prompt(self.tokenizer, prompt), tree, later, interface
 

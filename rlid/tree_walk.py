@@ -100,17 +100,36 @@ def segment_ids(
 
 
 def longest_continuation(
-    tree: LabelTree, labels: LabelSet, interface: Interface, tokenizer: Any
+    tree: LabelTree,
+    labels: LabelSet,
+    interface: Interface,
+    tokenizer: Any,
+    *,
+    memo: dict[tuple[str, str], int] | None = None,
 ) -> int:
     """The most tokens the later levels of ``tree`` append to its prompt, over every
     path: exactly the longest sum of :func:`segment_ids` along a path (what a walk
     appends), so a tree whose first prompt plus this fits the context never meets a
-    longer path."""
+    longer path.
+
+    ``memo`` (kept by the caller for one tokenizer and interface) maps a segment's
+    ``(reading prompt, menu text)`` to its token count: the same menus recur from state
+    to state of a game, and their tokenisation was most of this function's cost."""
+    context, prefix = label_context(interface, tokenizer)
+    lengths = {} if memo is None else memo
     added: dict[tuple[int, ...], int] = {(): 0}
     for path in tree.menu_paths():  # parents before their groups
         if path:
-            segment = segment_ids(tree, path, labels, interface, tokenizer)
-            added[path] = added[path[:-1]] + len(segment)
+            label = tree.labels[path[-1]]
+            key = (
+                context + prefix + label,
+                level_continuation(tree, path, label, interface, tokenizer),
+            )
+            n = lengths.get(key)
+            if n is None:  # segment_ids' count: the label's token, then the menu's ids
+                _, (ids,) = continuation_ids(tokenizer, key[0], [key[1]])
+                n = lengths[key] = 1 + len(ids)
+            added[path] = added[path[:-1]] + n
     return max(added.values())
 
 

@@ -358,3 +358,38 @@ def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(mo
     assert d.tree.row_words > 0 and d.action in saved["legal_actions"]
     assert len(d.prompt_ids) + longest_continuation(d.tree, labels, interface, tok) <= 1024
     assert sorted(d.tree.path_to(i) for i in range(1371)) and d.tree.menu.num_legal == 1371
+
+
+def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(tok, monkeypatch):
+    """On the 404-action ScienceWorld state and every refit of its tree: the longest path
+    is exactly the largest sum of segment_ids over the paths a walk can take (counted by
+    brute force), with or without the memo; a second call with the memo filled encodes
+    nothing, and a memo filled by one tree gives the same counts for another."""
+    import rlid.tree_walk as tree_walk
+    from menus import label_set_for
+    from menus.tree_prompt import tree_for_step
+
+    fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
+    saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
+    info = {**saved, "afterstates": None}
+    labels = label_set_for(INTERFACE, tok)
+    tree = tree_for_step(info, INTERFACE, labels, None, np.random.default_rng(0))
+    memo: dict[tuple[str, str], int] = {}
+    for t in [tree, *tree.refits()][:4]:
+        brute = max(
+            sum(len(tree_walk.segment_ids(t, path[: j + 1], labels, INTERFACE, tok))
+                for j in range(len(path)))
+            for path in t.menu_paths()
+        )  # fmt: skip
+        assert tree_walk.longest_continuation(t, labels, INTERFACE, tok) == brute
+        assert tree_walk.longest_continuation(t, labels, INTERFACE, tok, memo=memo) == brute
+    assert t.depth > 1 and len(memo) > 10
+    calls = []
+    real = tree_walk.continuation_ids
+    monkeypatch.setattr(
+        tree_walk, "continuation_ids", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    assert tree_walk.longest_continuation(t, labels, INTERFACE, tok, memo=memo) == brute
+    assert calls == []  # every menu's count came from the memo
+    tree_walk.longest_continuation(t, labels, INTERFACE, tok)
+    assert len(calls) == len([p for p in t.menu_paths() if p])  # without it: one per menu
