@@ -53,6 +53,7 @@ from rlid.tree_readout import LevelReader, PathReadout, path_logprobs
 from rlid.tree_walk import (
     PathStep,
     longest_continuation,
+    one_long_path,
     path_segments,
     tree_logprobs,
     walk_trees,
@@ -370,7 +371,11 @@ class DecisionPolicy:
             # shortened prompt drops the memory line, which no later level shows)
             longest: list[list[tuple[LabelTree, bool, int]]] = [[] for _ in trees]
 
-            def encode_step(b: int, memory: str | None, interface: Interface) -> Any:
+            def encode_step(
+                b: int, memory: str | None, interface: Interface, exact: bool = True
+            ) -> Any:
+                """(prompt ids, tree as shown, its longest path, interface); ``exact=False``:
+                one path's length instead of the longest (a lower bound: one_long_path)."""
                 base = trees[b]
                 tree = base if memory is not None else replace(base, memory=None)
                 if not interface.afterstates:
@@ -380,11 +385,16 @@ class DecisionPolicy:
                 )
                 bare = tree.afterstates is None
                 known = [n for t, a, n in longest[b] if t is base and a == bare]
+                if len(self._segment_lengths) > SEGMENT_MEMO_SIZE:
+                    self._segment_lengths.clear()
                 if known:
                     later = known[0]
+                elif not exact:
+                    later = one_long_path(
+                        tree, self.labels, self.interface, self.tokenizer,
+                        memo=self._segment_lengths,
+                    )  # fmt: skip
                 else:
-                    if len(self._segment_lengths) > SEGMENT_MEMO_SIZE:
-                        self._segment_lengths.clear()
                     later = longest_continuation(
                         tree, self.labels, self.interface, self.tokenizer,
                         memo=self._segment_lengths,
@@ -392,25 +402,40 @@ class DecisionPolicy:
                     longest[b].append((base, bare, later))
                 return encode_prompt(self.tokenizer, prompt), tree, later, interface
 
+            def total(step: Any) -> int:  # the prompt and the longest path after it
+                return len(step[0]) + step[2]
+
             limit = context_limit(self.model)
             encoded, used = fit_to_context(
-                encode_step, memory_texts, limit, self.interface, self.budget,
-                length=lambda e: len(e[0]) + e[2],
-            )  # fmt: skip  # a prompt must leave room for the tree's longest path
+                encode_step, memory_texts, limit, self.interface, self.budget, length=total
+            )  # a prompt must leave room for the tree's longest path
             for b in range(len(encoded)):  # still too long: another tree (LabelTree.refits)
                 ids, tree, later, shown = encoded[b]
                 if limit is None or len(ids) + later <= limit or tree.depth <= 1:
                     continue
                 if self.interface.long_prompts != "shorten":
                     continue  # the model call refuses the path with its length
-                best = encoded[b]
+                # the first refit whose longest path fits; one path of a tree over the
+                # context rules it out without measuring every path (the same choice)
+                tried: list[tuple[LabelTree, Any]] = []
+                best = None
                 for candidate in tree.refits():
                     trees[b] = candidate
+                    if total(encode_step(b, used[b], shown, exact=False)) > limit:
+                        tried.append((candidate, None))
+                        continue
                     step = encode_step(b, used[b], shown)
-                    if len(step[0]) + step[2] < len(best[0]) + best[2]:
+                    tried.append((candidate, step))
+                    if total(step) <= limit:
                         best = step
-                    if len(step[0]) + step[2] <= limit:
                         break
+                if best is None:  # none fits: the shortest (the model call then refuses it)
+                    best = encoded[b]
+                    for candidate, step in tried:
+                        trees[b] = candidate
+                        step = step if step is not None else encode_step(b, used[b], shown)
+                        if total(step) < total(best):
+                            best = step
                 encoded[b] = best  # the first that fits, else the shortest
             prompt_ids = [e[0] for e in encoded]
             trees = [e[1] for e in encoded]  # as shown (shortened steps lose fields)

@@ -99,6 +99,28 @@ def segment_ids(
     return [labels.token_ids[row], *ids]
 
 
+def _segment_length(
+    tree: LabelTree,
+    path: tuple[int, ...],
+    reading: tuple[str, str],
+    interface: Interface,
+    tokenizer: Any,
+    lengths: dict[tuple[str, str], int],
+) -> int:
+    """``len(segment_ids(tree, path, ...))``, through the memo ``lengths``; ``reading``
+    is ``label_context(interface, tokenizer)``."""
+    label = tree.labels[path[-1]]
+    key = (
+        reading[0] + reading[1] + label,
+        level_continuation(tree, path, label, interface, tokenizer),
+    )
+    n = lengths.get(key)
+    if n is None:  # segment_ids' count: the label's token, then the menu's ids
+        _, (ids,) = continuation_ids(tokenizer, key[0], [key[1]])
+        n = lengths[key] = 1 + len(ids)
+    return n
+
+
 def longest_continuation(
     tree: LabelTree,
     labels: LabelSet,
@@ -115,22 +137,43 @@ def longest_continuation(
     ``memo`` (kept by the caller for one tokenizer and interface) maps a segment's
     ``(reading prompt, menu text)`` to its token count: the same menus recur from state
     to state of a game, and their tokenisation was most of this function's cost."""
-    context, prefix = label_context(interface, tokenizer)
+    reading = label_context(interface, tokenizer)
     lengths = {} if memo is None else memo
     added: dict[tuple[int, ...], int] = {(): 0}
     for path in tree.menu_paths():  # parents before their groups
         if path:
-            label = tree.labels[path[-1]]
-            key = (
-                context + prefix + label,
-                level_continuation(tree, path, label, interface, tokenizer),
-            )
-            n = lengths.get(key)
-            if n is None:  # segment_ids' count: the label's token, then the menu's ids
-                _, (ids,) = continuation_ids(tokenizer, key[0], [key[1]])
-                n = lengths[key] = 1 + len(ids)
+            n = _segment_length(tree, path, reading, interface, tokenizer, lengths)
             added[path] = added[path[:-1]] + n
     return max(added.values())
+
+
+def one_long_path(
+    tree: LabelTree,
+    labels: LabelSet,
+    interface: Interface,
+    tokenizer: Any,
+    *,
+    memo: dict[tuple[str, str], int] | None = None,
+) -> int:
+    """The tokens one path appends: at each level the group whose menu text is longest
+    (the first of equals). A lower bound of :func:`longest_continuation` that tokenises
+    one menu per level instead of every menu: a prompt plus this over the context rules
+    the tree out exactly."""
+    reading = label_context(interface, tokenizer)
+    lengths = {} if memo is None else memo
+    total, node = 0, tree.root
+    path: tuple[int, ...] = ()
+    while True:
+        groups = [(*path, r) for r, child in enumerate(node.children) if not child.is_leaf]
+        if not groups:
+            return total
+        texts = [
+            len(level_continuation(tree, g, tree.labels[g[-1]], interface, tokenizer))
+            for g in groups
+        ]
+        path = groups[texts.index(max(texts))]
+        total += _segment_length(tree, path, reading, interface, tokenizer, lengths)
+        node = node.children[path[-1]]
 
 
 def row_entropy(logp: torch.Tensor) -> torch.Tensor:

@@ -361,10 +361,11 @@ def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(mo
 
 
 def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(tok, monkeypatch):
-    """On the 404-action ScienceWorld state and every refit of its tree: the longest path
+    """On the 404-action ScienceWorld state and refits of its tree: the longest path
     is exactly the largest sum of segment_ids over the paths a walk can take (counted by
     brute force), with or without the memo; a second call with the memo filled encodes
-    nothing, and a memo filled by one tree gives the same counts for another."""
+    nothing, and a memo filled by one tree gives the same counts for another. One long
+    path (one_long_path) is a lower bound of the longest."""
     import rlid.tree_walk as tree_walk
     from menus import label_set_for
     from menus.tree_prompt import tree_for_step
@@ -383,6 +384,7 @@ def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(t
         )  # fmt: skip
         assert tree_walk.longest_continuation(t, labels, INTERFACE, tok) == brute
         assert tree_walk.longest_continuation(t, labels, INTERFACE, tok, memo=memo) == brute
+        assert 0 < tree_walk.one_long_path(t, labels, INTERFACE, tok, memo=memo) <= brute
     assert t.depth > 1 and len(memo) > 10
     calls = []
     real = tree_walk.continuation_ids
@@ -393,3 +395,39 @@ def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(t
     assert calls == []  # every menu's count came from the memo
     tree_walk.longest_continuation(t, labels, INTERFACE, tok)
     assert len(calls) == len([p for p in t.menu_paths() if p])  # without it: one per menu
+
+
+def test_ruling_refits_out_by_one_path_picks_the_same_tree(model, tok, monkeypatch):
+    """The 1,371-action state (no tree of whole rows fits): the refits that one long path
+    already rules out are skipped without measuring every path, and the decision is the
+    one the policy makes when it measures every refit in full (one_long_path stubbed to
+    0: never rules one out), with fewer full measurements."""
+    from dataclasses import replace
+
+    import rlid.policy as policy_module
+
+    saved = json.loads(
+        (Path(__file__).with_name("data") / "scienceworld_long_names.json").read_text()
+    )
+    info = {**saved, "afterstates": None}
+    interface = replace(INTERFACE, labels="auto")
+    real = policy_module.longest_continuation
+
+    def decide(bound):
+        calls = []
+        monkeypatch.setattr(policy_module, "one_long_path", bound)
+        monkeypatch.setattr(
+            policy_module, "longest_continuation", lambda *a, **k: calls.append(1) or real(*a, **k)
+        )
+        policy = DecisionPolicy(model, tok, interface)
+        d = policy.act(
+            [saved["observation"]], [info], [None], rng=np.random.default_rng(0),
+            generator=torch.Generator().manual_seed(0),
+        )[0]  # fmt: skip
+        return d, len(calls)
+
+    pruned, n_pruned = decide(policy_module.one_long_path)
+    full, n_full = decide(lambda *a, **k: 0)
+    key = lambda d: (d.tree.grouping, d.tree.fanout, d.tree.row_words, d.prompt_ids, d.action)  # noqa: E731
+    assert key(pruned) == key(full) and pruned.logp == full.logp
+    assert pruned.tree.row_words > 0 and n_pruned < n_full, (n_pruned, n_full)
