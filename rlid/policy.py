@@ -391,14 +391,12 @@ class DecisionPolicy:
                     later = known[0]
                 elif not exact:
                     later = one_long_path(
-                        tree, self.labels, self.interface, self.tokenizer,
-                        memo=self._segment_lengths,
-                    )  # fmt: skip
+                        tree, self.interface, self.tokenizer, memo=self._segment_lengths
+                    )
                 else:
                     later = longest_continuation(
-                        tree, self.labels, self.interface, self.tokenizer,
-                        memo=self._segment_lengths,
-                    )  # fmt: skip
+                        tree, self.interface, self.tokenizer, memo=self._segment_lengths
+                    )
                     longest[b].append((base, bare, later))
                 return encode_prompt(self.tokenizer, prompt), tree, later, interface
 

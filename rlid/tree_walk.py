@@ -81,6 +81,22 @@ class TreeWalk:
         return float(math.prod(s.label_mass for s in self.steps))
 
 
+def _segment_text(
+    tree: LabelTree,
+    path: Sequence[int],
+    reading: tuple[str, str],
+    interface: Interface,
+    tokenizer: Any,
+) -> tuple[str, str]:
+    """``(prompt, text)`` of the segment after the menu that chose ``path[-1]``: the
+    reading context (``reading = label_context(interface, tokenizer)``) and that row's
+    label, then the menu behind ``path`` up to where its label is read."""
+    label = tree.labels[path[-1]]
+    return reading[0] + reading[1] + label, level_continuation(
+        tree, path, label, interface, tokenizer
+    )
+
+
 def segment_ids(
     tree: LabelTree,
     path: Sequence[int],
@@ -91,39 +107,27 @@ def segment_ids(
     """The tokens after the menu that chose ``path[-1]``: that row's label, then the
     menu behind ``path`` up to where its label is read, tokenised as in the text
     (after the reading context and the label: ``menus.tokens.continuation_ids``)."""
-    row = path[-1]
-    label = tree.labels[row]
-    text = level_continuation(tree, path, label, interface, tokenizer)
-    context, prefix = label_context(interface, tokenizer)
-    _, (ids,) = continuation_ids(tokenizer, context + prefix + label, [text])
-    return [labels.token_ids[row], *ids]
+    prompt, text = _segment_text(
+        tree, path, label_context(interface, tokenizer), interface, tokenizer
+    )
+    _, (ids,) = continuation_ids(tokenizer, prompt, [text])
+    return [labels.token_ids[path[-1]], *ids]
 
 
 def _segment_length(
-    tree: LabelTree,
-    path: tuple[int, ...],
-    reading: tuple[str, str],
-    interface: Interface,
-    tokenizer: Any,
-    lengths: dict[tuple[str, str], int],
+    segment: tuple[str, str], tokenizer: Any, lengths: dict[tuple[str, str], int]
 ) -> int:
-    """``len(segment_ids(tree, path, ...))``, through the memo ``lengths``; ``reading``
-    is ``label_context(interface, tokenizer)``."""
-    label = tree.labels[path[-1]]
-    key = (
-        reading[0] + reading[1] + label,
-        level_continuation(tree, path, label, interface, tokenizer),
-    )
-    n = lengths.get(key)
-    if n is None:  # segment_ids' count: the label's token, then the menu's ids
-        _, (ids,) = continuation_ids(tokenizer, key[0], [key[1]])
-        n = lengths[key] = 1 + len(ids)
+    """``len(segment_ids(...))`` of the segment ``(prompt, text)`` (:func:`_segment_text`),
+    through the memo ``lengths``: the label's one token, then the menu's ids."""
+    n = lengths.get(segment)
+    if n is None:
+        _, (ids,) = continuation_ids(tokenizer, segment[0], [segment[1]])
+        n = lengths[segment] = 1 + len(ids)
     return n
 
 
 def longest_continuation(
     tree: LabelTree,
-    labels: LabelSet,
     interface: Interface,
     tokenizer: Any,
     *,
@@ -142,14 +146,13 @@ def longest_continuation(
     added: dict[tuple[int, ...], int] = {(): 0}
     for path in tree.menu_paths():  # parents before their groups
         if path:
-            n = _segment_length(tree, path, reading, interface, tokenizer, lengths)
-            added[path] = added[path[:-1]] + n
+            segment = _segment_text(tree, path, reading, interface, tokenizer)
+            added[path] = added[path[:-1]] + _segment_length(segment, tokenizer, lengths)
     return max(added.values())
 
 
 def one_long_path(
     tree: LabelTree,
-    labels: LabelSet,
     interface: Interface,
     tokenizer: Any,
     *,
@@ -158,21 +161,21 @@ def one_long_path(
     """The tokens one path appends: at each level the group whose menu text is longest
     (the first of equals). A lower bound of :func:`longest_continuation` that tokenises
     one menu per level instead of every menu: a prompt plus this over the context rules
-    the tree out exactly."""
+    the tree out exactly. ``memo``: as there."""
     reading = label_context(interface, tokenizer)
     lengths = {} if memo is None else memo
     total, node = 0, tree.root
     path: tuple[int, ...] = ()
     while True:
-        groups = [(*path, r) for r, child in enumerate(node.children) if not child.is_leaf]
-        if not groups:
+        segments = {
+            (*path, r): _segment_text(tree, (*path, r), reading, interface, tokenizer)
+            for r, child in enumerate(node.children)
+            if not child.is_leaf
+        }
+        if not segments:
             return total
-        texts = [
-            len(level_continuation(tree, g, tree.labels[g[-1]], interface, tokenizer))
-            for g in groups
-        ]
-        path = groups[texts.index(max(texts))]
-        total += _segment_length(tree, path, reading, interface, tokenizer, lengths)
+        path = max(segments, key=lambda g: len(segments[g][1]))  # the first of equals
+        total += _segment_length(segments[path], tokenizer, lengths)
         node = node.children[path[-1]]
 
 

@@ -301,9 +301,7 @@ def test_a_path_too_long_for_the_context_is_read_from_a_tree_that_fits(tok):
 
     def total(t):  # the prompt with t's first menu, and t's longest path after it
         prompt = render_decision_prompt(saved["observation"], info, t, INTERFACE, tok)
-        return len(encode_prompt(tok, prompt)) + longest_continuation(
-            t, policy.labels, INTERFACE, tok
-        )
+        return len(encode_prompt(tok, prompt)) + longest_continuation(t, INTERFACE, tok)
 
     totals = {(t.grouping, t.fanout): total(t) for t in [tree, *tree.refits()]}
     limit = min(totals.values())
@@ -348,7 +346,7 @@ def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(mo
     for candidate in [tree, *tree.refits()]:
         if candidate.row_words == 0:  # whole rows: too long however the tree is shaped
             prompt = render_decision_prompt(saved["observation"], info, candidate, bare, tok)
-            later = longest_continuation(candidate, labels, interface, tok)
+            later = longest_continuation(candidate, interface, tok)
             assert len(encode_prompt(tok, prompt)) + later > 1024
     policy = DecisionPolicy(model, tok, interface)
     d = policy.act(
@@ -356,7 +354,7 @@ def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(mo
         generator=torch.Generator().manual_seed(0),
     )[0]  # fmt: skip
     assert d.tree.row_words > 0 and d.action in saved["legal_actions"]
-    assert len(d.prompt_ids) + longest_continuation(d.tree, labels, interface, tok) <= 1024
+    assert len(d.prompt_ids) + longest_continuation(d.tree, interface, tok) <= 1024
     assert sorted(d.tree.path_to(i) for i in range(1371)) and d.tree.menu.num_legal == 1371
 
 
@@ -382,18 +380,18 @@ def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(t
                 for j in range(len(path)))
             for path in t.menu_paths()
         )  # fmt: skip
-        assert tree_walk.longest_continuation(t, labels, INTERFACE, tok) == brute
-        assert tree_walk.longest_continuation(t, labels, INTERFACE, tok, memo=memo) == brute
-        assert 0 < tree_walk.one_long_path(t, labels, INTERFACE, tok, memo=memo) <= brute
+        assert tree_walk.longest_continuation(t, INTERFACE, tok) == brute
+        assert tree_walk.longest_continuation(t, INTERFACE, tok, memo=memo) == brute
+        assert 0 < tree_walk.one_long_path(t, INTERFACE, tok, memo=memo) <= brute
     assert t.depth > 1 and len(memo) > 10
     calls = []
     real = tree_walk.continuation_ids
     monkeypatch.setattr(
         tree_walk, "continuation_ids", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
-    assert tree_walk.longest_continuation(t, labels, INTERFACE, tok, memo=memo) == brute
+    assert tree_walk.longest_continuation(t, INTERFACE, tok, memo=memo) == brute
     assert calls == []  # every menu's count came from the memo
-    tree_walk.longest_continuation(t, labels, INTERFACE, tok)
+    tree_walk.longest_continuation(t, INTERFACE, tok)
     assert len(calls) == len([p for p in t.menu_paths() if p])  # without it: one per menu
 
 
