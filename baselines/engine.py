@@ -153,16 +153,25 @@ def shared_prompt_logprobs(
     *,
     return_hidden: bool = False,
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    copies: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
     """:func:`completion_logprobs` of several completions per prompt, each prompt run once.
 
     ``completion_ids[b]`` are prompt b's completions (rows are taken in that order,
     prompt by prompt). The prompts run in one forward that keeps their KV cache; the
-    cache is then repeated row by row (``batch_select_indices``) and every completion
-    runs in a second forward on top of it, so a prompt of P tokens with K completions
-    of C tokens costs P + K·C token positions instead of K·(P + C). The numbers are
-    those of :func:`completion_logprobs` up to float rounding, gradients included (the
-    cached keys and values carry them back into the prompt's forward).
+    cache is then repeated (``batch_select_indices``) and every completion runs in a
+    second forward on top of it, so a prompt of P tokens with K completions of C tokens
+    costs P + K·C token positions instead of K·(P + C). The numbers are those of
+    :func:`completion_logprobs` up to float rounding, gradients included (the cached
+    keys and values carry them back into the prompt's forward).
+
+    A prompt's cache is repeated at most ``copies`` times: with K <= ``copies`` each
+    completion has a row of its own; a larger menu puts ceil(K / ``copies``)
+    completions side by side in each row, each attending to the prompt and to its own
+    earlier tokens only (a 4D attention mask, :func:`packed_mask`). Copying a
+    1,000-token prompt's cache once per action is what made scoring large menus slow
+    (benchmarks/large_menus.py). Models whose attention takes no 4D mask (``sdpa``
+    and ``eager`` do) keep one row per completion.
 
     Returns:
         logp (N, C) and mask (N, C) for the N completions, **left-aligned** (token j of
@@ -208,7 +217,15 @@ def shared_prompt_logprobs(
     targets = targets.to(device)  # (N, C)
     mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, C)
     logp = first[owner, targets[:, 0]][:, None]  # (N, 1), without an (N, V) copy
-    if width > 1:
+    copies = SHARED_COPIES if copies is None else copies
+    if copies < 1:
+        raise ValueError(f"copies must be at least 1, got {copies}")
+    if width > 1 and max(counts) > copies and _attention(model) in ("sdpa", "eager"):
+        later = _packed_completions(
+            model, cache, cache_kw, prompt_mask, counts, targets, lengths, copies, autocast
+        )
+        logp = torch.cat([logp, later], dim=1)
+    elif width > 1:
         # token j > 0 is predicted at token j - 1: feed all but the last column
         cache.batch_select_indices(owner)
         step_mask = mask[:, :-1].long()  # right padding: later columns are never read
@@ -227,6 +244,105 @@ def shared_prompt_logprobs(
         later = logits.gather(-1, targets[:, 1:, None]).squeeze(-1) - logits.logsumexp(-1)
         logp = torch.cat([logp, later], dim=1)
     return torch.where(mask, logp, 0.0), mask, hidden
+
+
+SHARED_COPIES = 64
+"""The most copies of one prompt's KV cache :func:`shared_prompt_logprobs` makes (menus
+of up to 64 actions, every menu but ScienceWorld's, keep one row per completion)."""
+
+
+def _attention(model: torch.nn.Module) -> str | None:
+    """The model's attention implementation (``sdpa``, ``eager``, ...), None if unknown."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def packed_mask(
+    prompt_mask: torch.Tensor, segments: torch.Tensor, *, additive: bool
+) -> torch.Tensor:
+    """The 4D attention mask of completions packed side by side after their prompt.
+
+    ``prompt_mask`` (R, P) is each row's prompt (left padding 0); ``segments`` (R, T)
+    numbers the completions of a row (0, 0, 0, 1, 1, 2, ...; -1 on right padding).
+    A token attends to its prompt's tokens and to the earlier tokens of its own
+    completion; a padding token to itself only (so no row is empty). Returns (R, 1, T,
+    P + T): bool (True = attend) or, ``additive``, 0 / float32 min (eager attention).
+    """
+    width = segments.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=segments.device).tril()
+    same = segments[:, :, None] == segments[:, None, :]
+    real = segments[:, :, None] >= 0
+    eye = torch.eye(width, dtype=torch.bool, device=segments.device)[None]
+    own = (same & causal & real) | (eye & ~real)  # (R, T, T)
+    prompt = prompt_mask.bool()[:, None, :] & real  # (R, T, P)
+    allowed = torch.cat([prompt, own], dim=2)[:, None]
+    if not additive:
+        return allowed
+    return torch.zeros(allowed.shape, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(torch.float32).min
+    )
+
+
+def _packed_completions(
+    model: torch.nn.Module,
+    cache: Any,
+    cache_kw: str,
+    prompt_mask: torch.Tensor,
+    counts: list[int],
+    targets: torch.Tensor,
+    lengths: torch.Tensor,
+    copies: int,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> torch.Tensor:
+    """log p of tokens 1.. of every completion (N, C - 1), completions packed
+    ceil(K_b / copies) to a row on at most ``copies`` copies of prompt b's cache."""
+    device = targets.device
+    count, width = targets.shape
+    sizes = (lengths - 1).tolist()
+    owners: list[int] = []  # prompt of each packed row
+    row_of: list[int] = []  # packed row of each completion
+    offset_of: list[int] = []  # its first column there
+    spans: list[int] = []  # tokens in each packed row
+    first = 0
+    for b, k in enumerate(counts):
+        per_row = -(-k // copies)  # ceil
+        for start in range(first, first + k, per_row):
+            used = 0
+            for n in range(start, min(start + per_row, first + k)):
+                row_of.append(len(owners))
+                offset_of.append(used)
+                used += sizes[n]
+            owners.append(b)
+            spans.append(max(used, 1))
+        first += k
+    rows, columns = len(owners), max(spans)
+    # each completion token j < len - 1 sits at (row, offset + j) and predicts token j + 1
+    n_idx = torch.repeat_interleave(torch.arange(count, device=device), lengths - 1)
+    j_idx = torch.cat([torch.arange(s, device=device) for s in sizes]) if count else n_idx
+    r_idx = torch.tensor(row_of, device=device)[n_idx]
+    c_idx = torch.tensor(offset_of, device=device)[n_idx] + j_idx
+    inputs = torch.zeros(rows, columns, dtype=torch.long, device=device)
+    inputs[r_idx, c_idx] = targets[n_idx, j_idx]
+    following = torch.zeros(rows, columns, dtype=torch.long, device=device)
+    following[r_idx, c_idx] = targets[n_idx, j_idx + 1]
+    segments = torch.full((rows, columns), -1, dtype=torch.long, device=device)
+    segments[r_idx, c_idx] = n_idx
+    owner = torch.tensor(owners, device=device)
+    positions = torch.zeros(rows, columns, dtype=torch.long, device=device)
+    positions[r_idx, c_idx] = prompt_mask.sum(-1)[owner][r_idx] + j_idx
+    attention = packed_mask(prompt_mask[owner], segments, additive=_attention(model) == "eager")
+    cache.batch_select_indices(owner)
+    with autocast():
+        out = model(
+            input_ids=inputs,
+            attention_mask=attention,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kw: cache},
+        )
+    logits = out.logits.float()  # (R, T, V)
+    packed = logits.gather(-1, following[..., None]).squeeze(-1) - logits.logsumexp(-1)
+    later = torch.zeros(count, width - 1, dtype=packed.dtype, device=device)
+    return later.index_put((n_idx, j_idx), packed[r_idx, c_idx])
 
 
 # --------------------------------------------------------------------------- engines

@@ -21,8 +21,9 @@ prefix of ``take key from box``), and token normalisation counts those tokens to
 A decision costs K completions (one per legal action) instead of one label read.
 By default the prompts run once, in one forward that keeps their KV cache, and all
 K completions of all decisions run in a second forward on top of it (the prompt's
-keys and values repeated per action), so a prompt of P tokens with K completions of
-C tokens costs P + K·C positions, not K·(P + C); ``tokens_processed`` counts the
+keys and values repeated per action, or, for menus of more than 64 actions, 64 times
+with the completions packed side by side), so a prompt of P tokens with K completions
+of C tokens costs P + K·C positions, not K·(P + C); ``tokens_processed`` counts the
 positions actually run, so the price stays visible in the budget (docs/design.md §8).
 
 :class:`ScoringPolicy` has the interface of :class:`rlid.policy.DecisionPolicy`
@@ -93,6 +94,9 @@ class ScoringPolicy:
         share_prompt: run each prompt once and its K completions on its KV cache
             (:func:`baselines.engine.shared_prompt_logprobs`; the same numbers up to
             float rounding); False runs one prompt + completion sequence per action.
+        copies: with ``share_prompt``, the most copies of a prompt's cache (default
+            ``baselines.engine.SHARED_COPIES``, 64): larger menus pack their
+            completions side by side (same numbers up to float rounding).
         engine: a rollout engine with ``score`` (:class:`rlid.engines.VLLMEngine`) that
             scores :meth:`act`'s completions instead of the model, as
             :class:`rlid.policy.DecisionPolicy`'s ``engine`` reads its labels (μ in
@@ -113,6 +117,7 @@ class ScoringPolicy:
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         micro_batch_size: int | None = None,
         share_prompt: bool = True,
+        copies: int | None = None,
         engine: Any = None,
     ) -> None:
         if norm not in NORMS:
@@ -124,6 +129,9 @@ class ScoringPolicy:
         self.norm = norm
         self.value_head = value_head
         self.share_prompt = share_prompt
+        if copies is not None and copies < 1:
+            raise ValueError(f"copies must be at least 1, got {copies}")
+        self.copies = copies
         self.micro_batch_size = micro_batch_size  # most decisions per rollout forward
         self.autocast = autocast
         self.budget = budget if budget is not None else Budget()
@@ -263,6 +271,7 @@ class ScoringPolicy:
             shared = shared_prompt_logprobs(
                 self.model, prompt_ids, completions, self.pad_id,
                 return_hidden=self.value_head is not None, autocast=self.autocast,
+                copies=self.copies,
             )  # fmt: skip
         if shared is not None:
             token_logp, mask, prompt_hidden = shared

@@ -31,7 +31,9 @@ Times are minima over ``--reps`` (milliseconds per decision). Memory: peak bytes
 tensors alive during one call above those alive before it (the CUDA allocator's peak on
 a GPU; on the CPU the torch profiler's allocation events, as ``benchmarks/readout.py``),
 measured in an untimed first pass. Scoring's KV-shared path repeats the prompt's cache
-once per legal action and keeps every continuation's logits over the vocabulary; a
+(once per legal action up to ``baselines.engine.SHARED_COPIES`` actions, at most that
+many times above: larger menus are packed side by side) and keeps every continuation's
+logits over the vocabulary; a
 state whose estimate of that (:func:`scoring_bytes`) exceeds ``--scoring-memory-gb`` is
 not scored, and its update not run above half of it (the table says "skipped"),
 rather than exhausting the machine.
@@ -57,6 +59,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import envs
+from baselines.engine import SHARED_COPIES
 from baselines.scoring import ScoringPolicy
 from baselines.token_policy import TokenPolicy
 from menus import Interface
@@ -127,10 +130,12 @@ def kv_bytes_per_token(model: Any) -> int:
 
 def scoring_bytes(model: Any, k: int, prompt: int, continuation: int) -> int:
     """About the peak bytes of KV-shared scoring of one state: the prompt's cache
-    repeated for each of the ``k`` actions, and their ``continuation`` positions'
-    float32 logits over the vocabulary three times over (logits, log-softmax, gather)."""
+    repeated min(``k``, SHARED_COPIES) times, and the ``k`` actions' ``continuation``
+    positions' float32 logits over the vocabulary three times over (logits,
+    log-softmax, gather)."""
     vocab = model.get_output_embeddings().weight.shape[0]
-    return k * (prompt * kv_bytes_per_token(model) + 3 * continuation * vocab * 4)
+    cache = min(k, SHARED_COPIES) * prompt * kv_bytes_per_token(model)
+    return cache + k * 3 * continuation * vocab * 4
 
 
 def run(args: argparse.Namespace) -> None:
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--scoring-memory-gb", type=float, default=4.0,
-        help="skip scoring a state whose repeated prompt cache would exceed this",
+        help="skip scoring a state whose prompt cache copies and logits would exceed this",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.reps < 1 or args.per_bucket < 1:

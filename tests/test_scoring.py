@@ -220,3 +220,95 @@ def test_scoring_plane_trains_through_decision_ppo(tmp_path):
     ]
     assert rows and all(np.isfinite(v) for v in rows[-1].values() if isinstance(v, float))
     assert rows[-1]["label_mass"] == pytest.approx(1.0)
+
+
+# ------------------------------------------------- large menus: completions packed per row
+def test_packed_mask_by_hand():
+    """Two completions side by side after a left-padded prompt, then one padding column."""
+    from baselines.engine import packed_mask
+
+    prompt_mask = torch.tensor([[0, 1, 1]])
+    segments = torch.tensor([[0, 0, 1, -1]])
+    got = packed_mask(prompt_mask, segments, additive=False)[0, 0].int().tolist()
+    assert got == [
+        # pad, prompt, prompt | own completion, causal | padding sees itself only
+        [0, 1, 1, 1, 0, 0, 0],
+        [0, 1, 1, 1, 1, 0, 0],
+        [0, 1, 1, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0, 0, 1],
+    ]
+    additive = packed_mask(prompt_mask, segments, additive=True)[0, 0]
+    assert additive.dtype == torch.float32
+    assert torch.equal(additive == 0, torch.tensor(got, dtype=torch.bool))
+    assert float(additive.min()) == torch.finfo(torch.float32).min
+
+
+def _ragged_menus(vocab, counts=(9, 12, 5), prompt_lengths=(30, 23, 17)):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in prompt_lengths]
+    menus = [
+        [torch.randint(3, vocab, (1 + k % 4,), generator=g).tolist() for k in range(count)]
+        for count in counts
+    ]  # completions of 1-4 tokens: a one-token completion has nothing to pack
+    return prompts, menus
+
+
+def _logp_and_grads(model, prompts, menus, pad, **kwargs):
+    from baselines.engine import shared_prompt_logprobs
+
+    model.zero_grad()
+    logp, mask, hidden = shared_prompt_logprobs(model, prompts, menus, pad, **kwargs)
+    (logp.sum() + hidden.sum()).backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return logp.detach(), mask, grads
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("copies", [1, 2, 5])
+def test_packed_completions_equal_one_row_each_and_the_full_sequences(attention, copies):
+    """Packing ceil(K / copies) completions per row changes rounding only: the same
+    log-probs as one row per completion and as each prompt + completion run alone,
+    and the same gradients (prompt and completions, the value's hidden state too)."""
+    from baselines.engine import completion_logprobs
+
+    torch.manual_seed(0)
+    model, tokenizer = load_policy_model("tiny-random")
+    model.config._attn_implementation = attention
+    pad = tokenizer.pad_token_id
+    prompts, menus = _ragged_menus(model.config.vocab_size)
+    kw = {"return_hidden": True}
+    logp, mask, grads = _logp_and_grads(model, prompts, menus, pad, copies=copies, **kw)
+    one_each, mask_each, grads_each = _logp_and_grads(
+        model, prompts, menus, pad, copies=10**6, **kw
+    )
+    assert torch.equal(mask, mask_each)
+    torch.testing.assert_close(logp, one_each, atol=2e-5, rtol=0)
+    torch.testing.assert_close(grads, grads_each, atol=2e-4, rtol=1e-4)
+    flat_prompts = [prompts[b] for b, menu in enumerate(menus) for _ in menu]
+    flat = [c for menu in menus for c in menu]
+    with torch.no_grad():
+        alone, _, _ = completion_logprobs(model, flat_prompts, flat, pad)
+    torch.testing.assert_close(logp.sum(-1), alone.sum(-1), atol=2e-5, rtol=0)
+
+
+def test_menus_within_the_copies_keep_one_row_per_completion_bit_for_bit(tiny, monkeypatch):
+    """Menus of up to SHARED_COPIES actions (every setting but ScienceWorld's) run the
+    one-row-per-completion path, so earlier runs are unchanged; a model whose attention
+    takes no 4D mask keeps that path at any size."""
+    import baselines.engine as engine
+
+    model, tokenizer = tiny
+    pad = tokenizer.pad_token_id
+    prompts, menus = _ragged_menus(
+        model.config.vocab_size, counts=(engine.SHARED_COPIES, 3), prompt_lengths=(30, 23)
+    )
+    with torch.no_grad():
+        default = engine.shared_prompt_logprobs(model, prompts, menus, pad)[0]
+        one_each = engine.shared_prompt_logprobs(model, prompts, menus, pad, copies=10**6)[0]
+        assert torch.equal(default, one_each)
+        monkeypatch.setattr(engine, "_attention", lambda model: "flash_attention_2")
+        assert torch.equal(
+            engine.shared_prompt_logprobs(model, prompts, menus, pad, copies=2)[0], one_each
+        )
+    with pytest.raises(ValueError, match="copies must be at least 1"):
+        engine.shared_prompt_logprobs(model, prompts, menus, pad, copies=0)
