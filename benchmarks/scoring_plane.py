@@ -21,16 +21,18 @@ shared path ran before packing.
 
     python benchmarks/scoring_plane.py --env "tw-cooking[recipe=1,take=1,go=1]" --states 8
     python benchmarks/scoring_plane.py --env "keydoor[size=5,keys=2]" --model tiny
-    python benchmarks/scoring_plane.py --model tiny --states 2 --against unpacked \
-        --env "scienceworld[task=find-plant,simplifications=easy]"
+    python benchmarks/scoring_plane.py --model tiny --against unpacked \
+        --states-file tests/data/scienceworld_states.json --min-actions 100
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,16 @@ def collect_states(env_entry: str, count: int, seed: int) -> tuple[list[str], li
     return observations, infos
 
 
+def file_states(path: str, min_actions: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The states of a file of recorded states with at least ``min_actions`` legal actions."""
+    states = json.loads(Path(path).read_text(encoding="utf-8"))["states"]
+    kept = [s for s in states if len(s["legal_actions"]) >= min_actions]
+    if not kept:
+        raise SystemExit(f"{path} holds no state of at least {min_actions} legal actions")
+    infos = [{**s, "afterstates": None, "score": 0, "max_score": 100} for s in kept]
+    return [s["observation"] for s in kept], infos
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="tw-cooking[recipe=1,take=1,go=1]",
@@ -75,6 +87,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--states-file",
+        default=None,
+        help="score the states of this file (benchmarks/large_menus.py's "
+        "format) instead of states met by random play in --env",
+    )
+    parser.add_argument(
+        "--min-actions",
+        type=int,
+        default=0,
+        help="with --states-file: only its states of at least this many legal actions",
+    )
     parser.add_argument("--against", choices=("full", "unpacked"), default="full",
                         help="what the shared path is timed against: one sequence per "
                         "action (full), or one cache copy per action (unpacked)")  # fmt: skip
@@ -84,7 +108,11 @@ def main(argv: list[str] | None = None) -> None:
 
     model, tokenizer = load_policy_model(args.model)
     interface = TrainConfig().interface
-    observations, infos = collect_states(args.env, args.states, args.seed)
+    if args.states_file:
+        observations, infos = file_states(args.states_file, args.min_actions)
+        args.env = args.states_file
+    else:
+        observations, infos = collect_states(args.env, args.states, args.seed)
     menus = [len(i["legal_actions"]) for i in infos]
     other = {"share_prompt": False} if args.against == "full" else {"copies": 10**9}
     policies = {
