@@ -186,6 +186,9 @@ def shared_prompt_logprobs(
         raise ValueError("need one list of at least one completion per prompt")
     if any(len(c) < 1 for c in rows) or any(len(p) < 1 for p in prompt_ids):
         raise ValueError("every prompt and every completion needs at least one token")
+    copies = SHARED_COPIES if copies is None else copies
+    if copies < 1:
+        raise ValueError(f"copies must be at least 1, got {copies}")
     if model.training and _checkpointing(model):
         return None  # the model would drop the cache (and warn): no wasted prompt forward
     device = _device(model)
@@ -217,9 +220,6 @@ def shared_prompt_logprobs(
     targets = targets.to(device)  # (N, C)
     mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, C)
     logp = first[owner, targets[:, 0]][:, None]  # (N, 1), without an (N, V) copy
-    copies = SHARED_COPIES if copies is None else copies
-    if copies < 1:
-        raise ValueError(f"copies must be at least 1, got {copies}")
     if width > 1 and max(counts) > copies and _attention(model) in ("sdpa", "eager"):
         later = _packed_completions(
             model, cache, cache_kw, prompt_mask, counts, targets, lengths, copies, autocast
@@ -317,7 +317,7 @@ def _packed_completions(
     rows, columns = len(owners), max(spans)
     # each completion token j < len - 1 sits at (row, offset + j) and predicts token j + 1
     n_idx = torch.repeat_interleave(torch.arange(count, device=device), lengths - 1)
-    j_idx = torch.cat([torch.arange(s, device=device) for s in sizes]) if count else n_idx
+    j_idx = torch.cat([torch.arange(s, device=device) for s in sizes])
     r_idx = torch.tensor(row_of, device=device)[n_idx]
     c_idx = torch.tensor(offset_of, device=device)[n_idx] + j_idx
     inputs = torch.zeros(rows, columns, dtype=torch.long, device=device)

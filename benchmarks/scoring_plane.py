@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         True: ScoringPolicy(model, tokenizer, interface),
         False: ScoringPolicy(model, tokenizer, interface, **other),
     }
-    full = args.against  # the column name of the path timed against the default
+    other_name = args.against  # the column name of the path timed against the default
 
     def act(policy: ScoringPolicy) -> list[Any]:
         with torch.no_grad():
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         gap = (policies[True].score(decisions)[0] - policies[False].score(decisions)[0]).abs()
     finite = torch.isfinite(gap)
-    print(f"max |log pi shared - log pi {full}| = {float(gap[finite].max()):.1e}")
+    print(f"max |log pi shared - log pi {other_name}| = {float(gap[finite].max()):.1e}")
 
     def update(policy: ScoringPolicy) -> None:
         model.zero_grad(set_to_none=True)
@@ -153,13 +153,13 @@ def main(argv: list[str] | None = None) -> None:
                 start = time.perf_counter()
                 call(policies[share])
                 times.setdefault((name, share), []).append(time.perf_counter() - start)
-    print(f"\n{'call':>7} {'shared s':>9} {full + ' s':>11} {full + '/shared':>16}")
+    print(f"\n{'call':>7} {'shared s':>9} {other_name + ' s':>11} {other_name + '/shared':>16}")
     for name in ("act", "update"):
         shared, against = min(times[name, True]), min(times[name, False])
         print(f"{name:>7} {shared:>9.3f} {against:>11.3f} {against / shared:>16.1f}")
     per_decision = min(times["act", True]) / len(infos)
     print(f"act: {per_decision:.3f} s per decision shared, "
-          f"{min(times['act', False]) / len(infos):.3f} s {full}")  # fmt: skip
+          f"{min(times['act', False]) / len(infos):.3f} s {other_name}")  # fmt: skip
 
 
 if __name__ == "__main__":
