@@ -41,7 +41,10 @@ pytest.importorskip("vllm", reason="the vLLM training tests need vllm: `make tes
 pytestmark = pytest.mark.slow
 
 RELATIVE, ABSOLUTE = 1e-4, 1e-6
-GAP = 1e-5  # float32 engine vs float32 trainer: < 1e-5 measured on the tiny models
+# float32 engine vs float32 trainer, per token: up to 1.0e-5 measured on the tiny models
+# (CI's machine; the kernels' summation order differs by CPU), 5x room; a missed weight
+# sync moves log-probs by orders more (test_a_skipped_sync_stops_the_run_at_the_probe)
+GAP = 5e-5
 ENGINE_COUNTED = {"budget.forward_passes", "budget.tokens_processed", "budget.wall_time"}
 GAP_KEYS = {"logp_abs_mean", "logp_abs_max", "kl", "tis_truncated_frac", "icepop_masked_frac",
             "units", "probe_gap"}  # fmt: skip
