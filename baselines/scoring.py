@@ -44,7 +44,12 @@ import torch
 from torch import Tensor
 
 from baselines.config import ScoringConfig
-from baselines.engine import completion_logprobs, shared_prompt_logprobs
+from baselines.engine import (
+    SHARED_COPIES,
+    _attention,
+    completion_logprobs,
+    shared_prompt_logprobs,
+)
 from menus import Interface, command_completion, command_context, compile_menu
 from menus.prompt import render_token_prompt
 from menus.tokens import continuation_ids
@@ -340,6 +345,17 @@ class ScoringPolicy:
         self.budget.forward_passes += 1
         self.budget.tokens_processed += sum(map(len, prompt_ids)) + int(mask.sum())
         return self.menu_logp(token_logp, mask, completions, actions, temperature)
+
+    def update_tokens(self, decision: Decision) -> int:
+        """Token positions re-scoring ``decision`` runs (``micro_batch_tokens``): every
+        action's tokens, and its prompt once per copy of the prompt's cache (one per
+        action, at most ``copies`` where continuations are packed; the whole prompt
+        per action without ``share_prompt``)."""
+        completions = decision.extra["completion_ids"]
+        k, p = len(completions), len(decision.prompt_ids)
+        packed = _attention(self.model) in ("sdpa", "eager")
+        copies = min(k, self.copies or SHARED_COPIES) if self.share_prompt and packed else k
+        return copies * p + sum(map(len, completions))
 
     def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:
         """Re-score stored decisions with gradients (same outputs as :meth:`score_ids`),

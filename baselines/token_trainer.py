@@ -77,7 +77,7 @@ from rlid.loop import (
 )
 from rlid.mismatch import MismatchCorrection
 from rlid.names import AdvantageScale
-from rlid.optim import Stepper, chunks, minibatches
+from rlid.optim import Stepper, budget_chunks, minibatches
 from rlid.rollout import Episode, gathered_episode_stats
 from rlid.runs.log import RunLog
 from rlid.seeds import make_reset_seeds
@@ -285,7 +285,8 @@ def token_update(
     """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
 
     Each minibatch is one optimizer step, computed in micro-batches of
-    ``config.micro_batch_size`` completions whose gradients accumulate; every
+    ``config.micro_batch_size`` completions (and at most ``config.micro_batch_tokens``
+    prompt + completion tokens) whose gradients accumulate; every
     micro-batch divides by the *minibatch's* ``aggregation_normaliser`` (token count,
     sequence count or B·max_len), so the step equals the one-batch step. Minibatches
     whose advantages are all zero are skipped: the k3 KL alone would get a full-size
@@ -333,7 +334,11 @@ def token_update(
                 idx = members[members >= 0]  # the members this rank holds
                 stepper.zero_grad()
                 parts: list[tuple[float, dict[str, float]]] = []
-                for part, context in parallel.micro_plan(chunks(len(idx), micro)):
+                costs = [
+                    len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx
+                ]  # token positions, for micro_batch_tokens
+                plan = budget_chunks(costs, micro, config.micro_batch_tokens)
+                for part, context in parallel.micro_plan(plan):
                     if part is None:  # a filler step: keeps the wrapper's collectives matched
                         stand_in = completions[0] if completions else batch.filler
                         assert stand_in is not None

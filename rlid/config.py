@@ -101,6 +101,14 @@ class TrainConfig:
         "(unset: minibatch_size; the decision and scoring planes act the same either way, "
         "chunked token-plane generation draws its tokens in another order)",
     )
+    micro_batch_tokens: int | None = option(
+        None,
+        "most token positions one update micro-batch runs (a decision's prompt, once per "
+        "label-tree level; on the scoring plane also its prompt cache's copies and every "
+        "action's tokens; on the token plane prompt and completion): micro-batches are cut "
+        "by micro_batch_size and by this, the step unchanged; a sample above it runs alone "
+        "(unset: no bound; set it where large menus run out of memory)",
+    )
     gradient_checkpointing: bool = option(
         False,
         "recompute activations in the backward pass (less memory, more compute); the "
@@ -277,7 +285,7 @@ class TrainConfig:
         for name in positive + ("keep_checkpoints",):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("threads", "micro_batch_size"):
+        for name in ("threads", "micro_batch_size", "micro_batch_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 (or unset), got {value}")
@@ -482,6 +490,7 @@ _RECORDED_WHEN_CHANGED = (
     "parallel",
     "threads",
     "micro_batch_size",
+    "micro_batch_tokens",
     "gradient_checkpointing",
     "ref_offload",
     "env_workers",

@@ -3,13 +3,16 @@
 Both trainers (decision PPO in :mod:`rlid.trainer`, the token plane in
 ``baselines.token_trainer``) cut an iteration's samples into minibatches
 (:func:`minibatches`, one optimizer step each), run each minibatch in micro-batches
-(:func:`chunks`) whose gradients accumulate, and step through a :class:`Stepper`
+(:func:`chunks`, or :func:`budget_chunks` under a token budget) whose gradients
+accumulate, and step through a :class:`Stepper`
 (loss scaling for fp16, gradient clipping over plain and sharded parameters).
 Every micro-batch's loss is divided by its *minibatch's* normaliser, so the
 accumulated step equals the one-batch step (docs/design.md §10).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -37,6 +40,30 @@ def chunks(count: int, size: int | None) -> list[slice]:
     """[0, count) in consecutive slices of at most ``size`` (None: one slice)."""
     size = size or max(count, 1)
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def budget_chunks(costs: Sequence[int], size: int | None, budget: int | None) -> list[slice]:
+    """[0, len(costs)) in consecutive slices of at most ``size`` items whose ``costs``
+    add up to at most ``budget`` (None: no bound of that kind); an item that costs more
+    than the budget alone gets a slice of its own.
+
+    >>> budget_chunks([5, 5, 5, 20, 1], 3, 10)
+    [slice(0, 2, None), slice(2, 3, None), slice(3, 4, None), slice(4, 5, None)]
+    """
+    if budget is None:
+        return chunks(len(costs), size)
+    if budget < 1:
+        raise ValueError(f"the token budget must be >= 1, got {budget}")
+    parts, start, total = [], 0, 0
+    for i, cost in enumerate(costs):
+        full = size is not None and i - start >= size
+        if i > start and (full or total + cost > budget):
+            parts.append(slice(start, i))
+            start, total = i, 0
+        total += cost
+    if len(costs) > start:
+        parts.append(slice(start, len(costs)))
+    return parts
 
 
 class Stepper:

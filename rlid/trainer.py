@@ -50,7 +50,7 @@ from rlid.loop import (
     setup_hardware,
 )
 from rlid.mismatch import MismatchCorrection
-from rlid.optim import Stepper, chunks, minibatches
+from rlid.optim import Stepper, budget_chunks, chunks, minibatches
 from rlid.planes import get_plane
 from rlid.policy import Decision, ValueHead
 from rlid.ppo import (
@@ -216,7 +216,8 @@ def ppo_update(
     head), :func:`rlid.distributed.reduce_gradients` sums them before the step.
 
     Each minibatch is one optimizer step; its forward/backward runs in micro-batches
-    of ``config.micro_batch_size`` decisions whose gradients accumulate, every loss
+    of ``config.micro_batch_size`` decisions (and ``config.micro_batch_tokens`` token
+    positions: :func:`micro_parts`) whose gradients accumulate, every loss
     term divided by the *minibatch's* decision count, so the step equals the one-batch
     step. A minibatch whose advantages are all zero carries no policy-gradient signal:
     it is skipped (with a value head only the value loss is kept), because an entropy /
@@ -236,7 +237,6 @@ def ppo_update(
         # zero gradient would still move the parameters through its momentum, and a
         # regulariser alone would be amplified to a full step.
         return {"skipped_update": 1.0}
-    micro = config.micro_batch_size or config.minibatch_size
     # label positions exist on the decision plane only (scoring: no labels, no bound)
     positions = policy.max_menu_size if config.plane == "decision" else 0
     names = update_metric_names(config, policy)
@@ -263,7 +263,8 @@ def ppo_update(
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
                 seen = PositionSums.zeros(positions) if positions else None  # diagnostic
-                for part, context in parallel.micro_plan(chunks(len(idx), micro)):
+                parts = micro_parts(config, policy, batch.decisions, idx)
+                for part, context in parallel.micro_plan(parts):
                     # a filler step (part None) keeps the wrapper's collectives matched
                     filler = part is None
                     with context:
@@ -302,6 +303,26 @@ def ppo_update(
     return out
 
 
+def update_tokens(decision: Decision) -> int:
+    """Token positions re-scoring a menu decision runs (``micro_batch_tokens``): its
+    prompt once per level of its label-tree path (a flat menu: once)."""
+    return len(decision.prompt_ids) * max(len(decision.path), 1)
+
+
+def micro_parts(
+    config: TrainConfig, policy: MenuPolicy, decisions: list[Decision], idx: np.ndarray
+) -> list[slice]:
+    """The micro-batches of a minibatch's held decisions ``idx``: at most
+    ``micro_batch_size`` decisions (unset: the minibatch) and, with
+    ``micro_batch_tokens``, at most that many token positions by the policy's
+    ``update_tokens`` (the scoring plane counts its actions), else :func:`update_tokens`."""
+    micro = config.micro_batch_size or config.minibatch_size
+    if config.micro_batch_tokens is None:
+        return chunks(len(idx), micro)
+    cost = getattr(policy, "update_tokens", update_tokens)
+    return budget_chunks([cost(decisions[i]) for i in idx], micro, config.micro_batch_tokens)
+
+
 def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
     """The per-minibatch metrics of ``ppo_update``, known before any forward pass (a rank
     holding no member of a minibatch still reports zeros for each)."""
@@ -323,11 +344,10 @@ def _position_sums(
     The same on every rank."""
     config, world = ctx.config, ctx.world
     parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
-    micro = config.micro_batch_size or config.minibatch_size
     sums = PositionSums.zeros(width)
     with torch.no_grad():
         # the update's micro-plan: a sharded model's forwards are collective (fillers)
-        for part, context in parallel.micro_plan(chunks(len(idx), micro)):
+        for part, context in parallel.micro_plan(micro_parts(config, policy, decisions, idx)):
             batch = [decisions[i] for i in (idx[part] if part is not None else FILLER)]
             with context:
                 logp_all = first_level_logp(policy, batch)  # label trees: their first menu

@@ -125,6 +125,30 @@ def test_tail_minibatch_merges_into_the_previous_one(n, size, expected):
     assert sorted(np.concatenate(parts).tolist() if parts else []) == list(range(n))
 
 
+@pytest.mark.parametrize(
+    "costs, size, budget, expected",
+    [([5, 5, 5, 20, 1], 3, 10, [(0, 2), (2, 3), (3, 4), (4, 5)]),  # 20 > 10: alone
+     ([1, 1, 1, 1, 1], 2, 100, [(0, 2), (2, 4), (4, 5)]),  # the count bound alone cuts
+     ([3, 3, 3], None, 6, [(0, 2), (2, 3)]),  # 3 + 3 = 6 fits, a third does not
+     ([7, 7, 7], 2, None, [(0, 2), (2, 3)]),  # no budget: chunks()
+     ([], 4, 10, [])],
+)  # fmt: skip
+def test_token_budget_chunks_by_hand(costs, size, budget, expected):
+    from rlid.optim import budget_chunks
+
+    assert [(p.start, p.stop) for p in budget_chunks(costs, size, budget)] == expected
+
+
+def test_a_token_budget_below_one_is_refused():
+    from rlid.optim import budget_chunks
+    from rlid.trainer import TrainConfig
+
+    with pytest.raises(ValueError, match="micro_batch_tokens must be >= 1"):
+        TrainConfig(micro_batch_tokens=0)
+    with pytest.raises(ValueError, match="token budget"):
+        budget_chunks([1], None, 0)
+
+
 # ----------------------------------------------------------------- through the trainers
 def _tiny():
     from rlid.models import build_tiny_model
@@ -289,3 +313,96 @@ def test_rollout_forwards_chunked_by_micro_batch_size_act_the_same(micro):
         out[size] = [(d.chosen, round(d.logp, 5), round(d.entropy, 5)) for d in decisions]
         assert policy.budget.forward_passes == (1 if size is None else -(-7 // size))
     assert out[micro] == out[None]
+
+
+@pytest.mark.parametrize("plane", ["decision", "scoring"])
+def test_a_token_budget_cuts_the_update_and_keeps_its_step(plane):
+    """micro_batch_tokens cuts a minibatch by token positions (the scoring plane counts
+    its prompt cache's copies and every action's tokens): same step as one batch."""
+    import envs
+    from baselines.config import ScoringConfig
+    from baselines.scoring import ScoringPolicy
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper
+    from rlid.policy import DecisionPolicy
+    from rlid.trainer import DecisionBatch, TrainConfig, micro_parts, ppo_update, update_tokens
+
+    n = 8
+    env = envs.make("keydoor", size=3, keys=1, distractors=2, game_seed=0)
+    states = [env.reset(seed=seed) for seed in range(n)]
+    advantages = torch.randn(n, generator=torch.Generator().manual_seed(3))
+    cuts = []
+
+    def step_with(tight: bool):
+        def step(model, tokenizer, params, optimizer):
+            kind = {"plane": "scoring"} if plane == "scoring" else {}
+            cls = ScoringConfig if plane == "scoring" else TrainConfig
+            loose = cls(env="keydoor", **kind)  # type: ignore[arg-type]
+            make = ScoringPolicy if plane == "scoring" else DecisionPolicy
+            policy = make(model, tokenizer, loose.interface)
+            with torch.no_grad():
+                decisions = policy.act(
+                    [o for o, _ in states], [i for _, i in states], [None] * n,
+                    rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+                )  # fmt: skip
+            cost = getattr(policy, "update_tokens", update_tokens)
+            costs = [cost(d) for d in decisions]
+            if plane == "scoring":  # the prompt once per action (K <= 64), and the actions
+                d = decisions[0]
+                ks = [len(c) for c in d.extra["completion_ids"]]
+                assert costs[0] == len(ks) * len(d.prompt_ids) + sum(ks)
+            else:
+                assert costs == [len(d.prompt_ids) for d in decisions]  # flat menus
+            config = cls(
+                env="keydoor", epochs=1, minibatch_size=n, max_grad_norm=1e9, ent_coef=0.05,
+                micro_batch_tokens=2 * max(costs) if tight else None, **kind,
+            )  # type: ignore[arg-type]  # fmt: skip
+            cuts.append(len(micro_parts(config, policy, decisions, np.arange(n))))
+            ctx = RunContext(config)
+            batch = DecisionBatch(decisions, advantages, advantages * 2, np.arange(n))
+            stepper = Stepper(optimizer, params, config.max_grad_norm)
+            ppo_update(ctx, policy, batch, stepper, np.random.default_rng(0))
+            assert ctx.budget.optimizer_steps == 1
+
+        return step
+
+    one = _sgd_step_params(step_with(False))
+    cut = _sgd_step_params(step_with(True))
+    start = _sgd_step_params(lambda *a: None)
+    assert cuts[0] == 1 and 2 <= cuts[1] < n  # the budget cut the minibatch
+    assert any(not torch.equal(a, b) for a, b in zip(one, start))
+    for a, b in zip(cut, one):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_token_budget_cuts_the_token_update_and_keeps_its_step():
+    from baselines.token_trainer import Rescoring, TokenBatch, token_update
+    from rlid.loop import RunContext
+    from rlid.optim import Stepper, budget_chunks
+
+    advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
+
+    def step_with(tokens):
+        def step(model, tokenizer, params, optimizer):
+            config = TokenConfig(
+                plane="token", algo="dapo", epochs=1, minibatch_size=B, max_new_tokens=6,
+                micro_batch_tokens=tokens, max_grad_norm=1e9,
+            )  # fmt: skip
+            completions = _generations(model, tokenizer)
+            costs = [len(c.prompt_ids) + len(c.completion_ids) for c in completions]
+            assert len(budget_chunks(costs, None, 12)) > 2  # prompts 3-8, completions 1-6
+            ctx = RunContext(config)
+            batch = TokenBatch(completions, advantages, np.arange(len(completions)))
+            stepper = Stepper(optimizer, params, config.max_grad_norm)
+            token_update(ctx, model, batch, stepper, np.random.default_rng(0),
+                         Rescoring(tokenizer.pad_token_id))  # fmt: skip
+            assert ctx.budget.optimizer_steps == 1
+
+        return step
+
+    one = _sgd_step_params(step_with(None))
+    cut = _sgd_step_params(step_with(12))
+    start = _sgd_step_params(lambda *a: None)
+    assert any(not torch.equal(a, b) for a, b in zip(one, start))
+    for a, b in zip(cut, one):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
