@@ -243,8 +243,9 @@ def test_shipped_suite_covers_every_challenge_with_one_recipe():
         ("scoring", "ppo"),
         ("token", "grpo"),
     }
-    # one recipe: arms differ in plane, the scoring norm and the starting model only
-    assert all(set(a.options) <= {"norm", "model"} for a in compare.arms)
+    # one recipe: arms differ in plane, the scoring norm and the starting model only,
+    # and in a memory control that keeps the step (tests/test_microbatch.py)
+    assert all(set(a.options) <= {"norm", "model", "micro_batch_tokens"} for a in compare.arms)
     decision = [a for a in compare.arms if a.plane == "decision"]
     # the shipped start, and the random-play start it is measured against
     assert sorted(a.options.get("model", "tiny") for a in decision) == ["tiny", "tiny-play"]
