@@ -220,7 +220,7 @@ def shared_prompt_logprobs(
     targets = targets.to(device)  # (N, C)
     mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, C)
     logp = first[owner, targets[:, 0]][:, None]  # (N, 1), without an (N, V) copy
-    if width > 1 and max(counts) > copies and _attention(model) in ("sdpa", "eager"):
+    if width > 1 and max(counts) > copies and packs_completions(model):
         later = _packed_completions(
             model, cache, cache_kw, prompt_mask, counts, targets, lengths, copies, autocast
         )
@@ -254,6 +254,12 @@ of up to 64 actions, every menu but ScienceWorld's, keep one row per completion)
 def _attention(model: torch.nn.Module) -> str | None:
     """The model's attention implementation (``sdpa``, ``eager``, ...), None if unknown."""
     return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def packs_completions(model: torch.nn.Module) -> bool:
+    """Whether :func:`shared_prompt_logprobs` packs a large menu's completions for
+    ``model`` (its attention takes a 4D mask as given: ``sdpa``, ``eager``)."""
+    return _attention(model) in ("sdpa", "eager")
 
 
 def packed_mask(

@@ -46,8 +46,8 @@ from torch import Tensor
 from baselines.config import ScoringConfig
 from baselines.engine import (
     SHARED_COPIES,
-    _attention,
     completion_logprobs,
+    packs_completions,
     shared_prompt_logprobs,
 )
 from menus import Interface, command_completion, command_context, compile_menu
@@ -353,8 +353,8 @@ class ScoringPolicy:
         per action without ``share_prompt``)."""
         completions = decision.extra["completion_ids"]
         k, p = len(completions), len(decision.prompt_ids)
-        packed = _attention(self.model) in ("sdpa", "eager")
-        copies = min(k, self.copies or SHARED_COPIES) if self.share_prompt and packed else k
+        shared = self.share_prompt and packs_completions(self.model)
+        copies = min(k, self.copies or SHARED_COPIES) if shared else k
         return copies * p + sum(map(len, completions))
 
     def score(self, decisions: list[Decision]) -> tuple[Tensor, Tensor, Tensor]:

@@ -312,3 +312,18 @@ def test_menus_within_the_copies_keep_one_row_per_completion_bit_for_bit(tiny, m
         )
     with pytest.raises(ValueError, match="copies must be at least 1"):
         engine.shared_prompt_logprobs(model, prompts, menus, pad, copies=0)
+
+
+def test_update_tokens_counts_the_prompt_cache_copies_and_every_action(tiny):
+    """micro_batch_tokens' cost of a scoring decision, by hand: a prompt of 10 tokens
+    once per cache copy (one per action, at most ``copies``), then the actions' tokens."""
+    from types import SimpleNamespace
+
+    model, tokenizer = tiny
+    large = SimpleNamespace(prompt_ids=[1] * 10, extra={"completion_ids": [[1, 2]] * 100})
+    small = SimpleNamespace(prompt_ids=[1] * 10, extra={"completion_ids": [[1]] * 3})
+    policy = partial(ScoringPolicy, model, tokenizer, INTERFACE)
+    assert policy().update_tokens(large) == 64 * 10 + 200  # packed: 64 copies
+    assert policy(copies=5).update_tokens(large) == 5 * 10 + 200
+    assert policy(share_prompt=False).update_tokens(large) == 100 * 10 + 200  # full rows
+    assert policy().update_tokens(small) == 3 * 10 + 3
