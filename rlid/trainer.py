@@ -255,15 +255,15 @@ def ppo_update(
                     continue
                 members = owner[chosen]
                 idx = members[members >= 0]  # the members this rank holds
+                parts = micro_parts(config, policy, batch.decisions, idx)
                 whole = None  # the penalty's sums over the minibatch, before the step
                 if config.position_coef > 0 and signal:
                     with timers.time("forward"):
-                        whole = _position_sums(ctx, policy, batch.decisions, idx, positions)
+                        whole = _position_sums(ctx, policy, batch.decisions, idx, parts, positions)
                 minibatch = Minibatch(len(chosen), signal, whole, positions)
                 stepper.zero_grad()
                 totals = dict.fromkeys(names, 0.0)
                 seen = PositionSums.zeros(positions) if positions else None  # diagnostic
-                parts = micro_parts(config, policy, batch.decisions, idx)
                 for part, context in parallel.micro_plan(parts):
                     # a filler step (part None) keeps the wrapper's collectives matched
                     filler = part is None
@@ -336,18 +336,23 @@ def update_metric_names(config: TrainConfig, policy: MenuPolicy) -> list[str]:
 
 
 def _position_sums(
-    ctx: RunContext, policy: MenuPolicy, decisions: list[Decision], idx: np.ndarray, width: int
+    ctx: RunContext,
+    policy: MenuPolicy,
+    decisions: list[Decision],
+    idx: np.ndarray,
+    parts: list[slice],
+    width: int,
 ) -> PositionSums:
     """The position penalty's sums (``width`` positions) over the whole minibatch
-    (every micro-batch, every rank) at the current parameters: a no-grad pass before
-    its forward/backward, so the micro-batched, N-process step is the one-batch step.
-    The same on every rank."""
-    config, world = ctx.config, ctx.world
+    (every micro-batch ``parts`` of ``idx``, every rank) at the current parameters: a
+    no-grad pass before its forward/backward, so the micro-batched, N-process step is
+    the one-batch step. The same on every rank."""
+    world = ctx.world
     parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
     sums = PositionSums.zeros(width)
     with torch.no_grad():
         # the update's micro-plan: a sharded model's forwards are collective (fillers)
-        for part, context in parallel.micro_plan(micro_parts(config, policy, decisions, idx)):
+        for part, context in parallel.micro_plan(parts):
             batch = [decisions[i] for i in (idx[part] if part is not None else FILLER)]
             with context:
                 logp_all = first_level_logp(policy, batch)  # label trees: their first menu

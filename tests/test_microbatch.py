@@ -261,17 +261,19 @@ def _generations(model, tokenizer):
 def test_token_update_micro_batches_equal_one_batch(algo):
     from baselines.token_trainer import Rescoring, TokenBatch, token_update
     from rlid.loop import RunContext
-    from rlid.optim import Stepper
+    from rlid.optim import Stepper, budget_chunks
 
     advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
 
-    def step_with(micro_batch_size):
+    def step_with(**limits):  # micro_batch_size, micro_batch_tokens
         def step(model, tokenizer, params, optimizer):
             config = TokenConfig(
                 plane="token", algo=algo, epochs=1, minibatch_size=B, max_new_tokens=6,
-                micro_batch_size=micro_batch_size, mismatch="tis", max_grad_norm=1e9,
+                mismatch="tis", max_grad_norm=1e9, **limits,
             )  # fmt: skip
             completions = _generations(model, tokenizer)
+            costs = [len(c.prompt_ids) + len(c.completion_ids) for c in completions]
+            assert len(budget_chunks(costs, None, 12)) > 2  # prompts 3-8, completions 1-6
             ctx = RunContext(config)
             batch = TokenBatch(completions, advantages, np.arange(len(completions)))
             stepper = Stepper(optimizer, params, config.max_grad_norm)
@@ -281,11 +283,12 @@ def test_token_update_micro_batches_equal_one_batch(algo):
 
         return step
 
-    one = _sgd_step_params(step_with(None))
+    one = _sgd_step_params(step_with())
     start = _sgd_step_params(lambda *a: None)
     assert any(not torch.equal(a, b) for a, b in zip(one, start))
-    for micro in (1, 4):
-        many = _sgd_step_params(step_with(micro))
+    # micro-batches by count, and by a token budget (prompt + completion positions)
+    for limits in ({"micro_batch_size": 1}, {"micro_batch_size": 4}, {"micro_batch_tokens": 12}):
+        many = _sgd_step_params(step_with(**limits))
         for a, b in zip(many, one):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
@@ -370,39 +373,6 @@ def test_a_token_budget_cuts_the_update_and_keeps_its_step(plane):
     cut = _sgd_step_params(step_with(True))
     start = _sgd_step_params(lambda *a: None)
     assert cuts[0] == 1 and 2 <= cuts[1] < n  # the budget cut the minibatch
-    assert any(not torch.equal(a, b) for a, b in zip(one, start))
-    for a, b in zip(cut, one):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-
-
-def test_a_token_budget_cuts_the_token_update_and_keeps_its_step():
-    from baselines.token_trainer import Rescoring, TokenBatch, token_update
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper, budget_chunks
-
-    advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
-
-    def step_with(tokens):
-        def step(model, tokenizer, params, optimizer):
-            config = TokenConfig(
-                plane="token", algo="dapo", epochs=1, minibatch_size=B, max_new_tokens=6,
-                micro_batch_tokens=tokens, max_grad_norm=1e9,
-            )  # fmt: skip
-            completions = _generations(model, tokenizer)
-            costs = [len(c.prompt_ids) + len(c.completion_ids) for c in completions]
-            assert len(budget_chunks(costs, None, 12)) > 2  # prompts 3-8, completions 1-6
-            ctx = RunContext(config)
-            batch = TokenBatch(completions, advantages, np.arange(len(completions)))
-            stepper = Stepper(optimizer, params, config.max_grad_norm)
-            token_update(ctx, model, batch, stepper, np.random.default_rng(0),
-                         Rescoring(tokenizer.pad_token_id))  # fmt: skip
-            assert ctx.budget.optimizer_steps == 1
-
-        return step
-
-    one = _sgd_step_params(step_with(None))
-    cut = _sgd_step_params(step_with(12))
-    start = _sgd_step_params(lambda *a: None)
     assert any(not torch.equal(a, b) for a, b in zip(one, start))
     for a, b in zip(cut, one):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
