@@ -528,7 +528,7 @@ def train_token(
     )  # fmt: skip
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
     held_out = HeldOut(
-        eval_policy, make_envs(config, "heldout", min(config.eval_episodes, 16) or 1)
+        eval_policy, make_envs(config, "heldout", min(config.eval_episodes, 16) or 1), progress
     )
 
     ref_model = reference_model(ctx, model) if config.beta > 0 else None

@@ -67,6 +67,7 @@ class EvalRequest:
         walkthrough: follow each game's walkthrough instead of playing
             (:func:`rlid.evaluate.follow_walkthroughs`).
         episodes_out: also write every episode played to this new JSON-lines file.
+        progress: show the episodes' progress on stderr while they play.
     """
 
     env: str | None = None
@@ -77,6 +78,7 @@ class EvalRequest:
     seed: int = 0
     walkthrough: bool = False
     episodes_out: Path | None = None
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -177,6 +179,7 @@ def _play(config: TrainConfig, model: Any, tokenizer: Any, request: EvalRequest)
             stats = evaluate(
                 policy, env_list, episodes, interface=interface, seed=seed,
                 greedy=request.greedy, keep=played,
+                progress=f"{request.split} eval" if request.progress else None,
             )  # fmt: skip
             if request.episodes_out is not None:
                 write_episodes(request.episodes_out, played, tokenizer)

@@ -13,11 +13,14 @@ walkthrough, how much it prefers the walkthrough's command (``rlid eval
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from menus import Interface, make_memory
 from rlid import distributed as dist_
@@ -39,6 +42,7 @@ def evaluate(
     greedy: bool = True,
     world: World = dist_.SINGLE,
     keep: list[Episode] | None = None,
+    progress: str | None = None,
 ) -> dict[str, float]:
     """Success rate, return and length on ``episodes`` held-out games (greedy by default).
 
@@ -46,19 +50,26 @@ def evaluate(
     with several processes block b is played by rank b mod N and the statistics are
     gathered, so the result does not depend on the number of processes. ``keep``: a
     list this process's episodes are appended to (``rlid eval --episodes-out``).
+    ``progress``: a bar with this title on stderr (this process's episodes finished and
+    env steps taken), or None for none; the results do not depend on it.
     """
     if episodes == 0:
         return {}
     # Evaluation is not training spend: count it in a throwaway budget.
     saved = (policy.budget, policy.timers)
     policy.budget, policy.timers = Budget(), Timers()
+    starts = list(range(0, episodes, len(env_list)))[world.rank :: world.size]
+    mine = sum(min(len(env_list), episodes - start) for start in starts)
+    bar = _EvalBar(progress, mine) if progress is not None else None
     try:
-        starts = list(range(0, episodes, len(env_list)))[world.rank :: world.size]
         done = _evaluate(
-            policy, env_list, starts, episodes, interface=interface, seed=seed, greedy=greedy
-        )
+            policy, env_list, starts, episodes, interface=interface, seed=seed, greedy=greedy,
+            on_step=bar.step if bar is not None else None,
+        )  # fmt: skip
     finally:
         policy.budget, policy.timers = saved
+        if bar is not None:
+            bar.close()
     if keep is not None:
         keep += done
     stats, _ = gathered_episode_stats(done, world)
@@ -75,6 +86,7 @@ def _evaluate(
     interface: Any,
     seed: int,
     greedy: bool,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> list[Episode]:
     done: list[Episode] = []
     for start in starts:
@@ -85,8 +97,27 @@ def _evaluate(
             done += collect_episodes(
                 env_list[:n], policy, seeds, list(range(start, start + n)),
                 interface=interface, sampling=Sampling(rng, gen, greedy=greedy),
+                on_step=on_step,
             )  # fmt: skip
     return done
+
+
+class _EvalBar:
+    """An evaluation's progress on stderr: episodes finished, env steps taken so far."""
+
+    def __init__(self, title: str, episodes: int) -> None:
+        self.steps = 0
+        self._tqdm = tqdm(total=episodes, desc=title, unit="episode", file=sys.stderr)
+
+    def step(self, decisions: int, finished: int) -> None:
+        self.steps += decisions
+        self._tqdm.set_postfix(env_steps=self.steps, refresh=False)
+        self._tqdm.update(finished)
+        if not finished:
+            self._tqdm.refresh()
+
+    def close(self) -> None:
+        self._tqdm.close()
 
 
 def episode_record(episode: Episode, tokenizer: Any) -> dict[str, Any]:

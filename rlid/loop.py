@@ -99,16 +99,20 @@ class TrainState:
 
 @dataclass
 class HeldOut:
-    """The held-out evaluation of a run: its policy (greedy) on its held-out envs."""
+    """The held-out evaluation of a run: its policy (greedy) on its held-out envs;
+    ``progress``: show a bar while it plays (the writer process only)."""
 
     policy: Any
     envs: Any
+    progress: bool = False
 
-    def evaluate(self, ctx: RunContext) -> dict[str, float]:
+    def evaluate(self, ctx: RunContext, when: str) -> dict[str, float]:
+        """Play the config's held-out episodes; ``when`` titles the bar ("before", ...)."""
         config = ctx.config
+        shown = self.progress and ctx.world.is_writer
         return evaluate(
             self.policy, self.envs, config.eval_episodes, interface=config.interface,
-            world=ctx.world,
+            world=ctx.world, progress=f"held-out eval ({when})" if shown else None,
         )  # fmt: skip
 
 
@@ -240,7 +244,7 @@ def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
         getattr(state.model, "rlid_origin", str(ctx.config.model)),
         template=resolve_template(ctx.config.interface, held_out.policy.tokenizer),
     )
-    log.write_eval("before", held_out.evaluate(ctx))
+    log.write_eval("before", held_out.evaluate(ctx, "before"))
     return 0
 
 
@@ -264,7 +268,7 @@ def end_iteration(
     row["time"] = dist_.mean_timers(ctx.timers.pop(), world)
     row["budget"] = budget.to_dict()
     if config.eval_every and iteration % config.eval_every == 0:
-        row["eval"] = held_out.evaluate(ctx)
+        row["eval"] = held_out.evaluate(ctx, f"iteration {iteration}")
     # the allocator's peaks over this iteration's rollouts, update and evaluation
     memory = cuda_memory_row(resolve_device(config.device))
     if memory is not None:
@@ -292,7 +296,7 @@ def end_iteration(
 def finish_run(ctx: RunContext, held_out: HeldOut) -> None:
     """Held-out evaluation after training (once, also across resumes), curves, summary."""
     if dist_.any_rank(not ctx.log.has_eval("after"), ctx.world):
-        ctx.log.write_eval("after", held_out.evaluate(ctx))
+        ctx.log.write_eval("after", held_out.evaluate(ctx, "after"))
     ctx.log.finish()
     dist_.barrier(ctx.world)  # the run directory is complete when any rank returns
 

@@ -105,8 +105,13 @@ def collect_episodes(
     sampling: Sampling,
     budget: Budget | None = None,
     timers: Timers | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> list[Episode]:
-    """Play one episode in each env (reset with ``reset_seeds[i]``) in lockstep."""
+    """Play one episode in each env (reset with ``reset_seeds[i]``) in lockstep.
+
+    ``on_step(decisions, finished)``: called after each lockstep step with the number of
+    envs that took an action and of episodes that ended (progress bars).
+    """
     if not (len(envs) == len(reset_seeds) == len(groups)):
         raise ValueError("envs, reset_seeds and groups must have the same length")
     budget = budget if budget is not None else Budget()
@@ -160,6 +165,8 @@ def collect_episodes(
                 else:
                     observations[i], infos[i] = obs, info
                     still.append(i)
+        if on_step is not None:
+            on_step(len(active), len(active) - len(still))
         active = still
     budget.invalid_actions += sum(e.invalid_actions for e in episodes)
     return episodes

@@ -504,7 +504,9 @@ def train(
         timers=ctx.timers, autocast=precision.autocast,
     )  # fmt: skip
     train_envs = make_envs(config, "train", config.group_size)  # one group at a time
-    held_out = HeldOut(policy, make_envs(config, "heldout", min(config.eval_episodes, 16) or 1))
+    held_out = HeldOut(
+        policy, make_envs(config, "heldout", min(config.eval_episodes, 16) or 1), progress
+    )
     # the decision plane's labels, checked against the start's once (the writer, new runs)
     label_set = getattr(policy, "labels", None) if world.is_writer and not log.resuming else None
     labels = label_set.labels if label_set is not None else None

@@ -60,3 +60,19 @@ def test_an_existing_file_a_missing_directory_and_walkthrough_are_refused(tmp_pa
     assert cli_main([*_argv("decision", tmp_path / "w.jsonl"), "--walkthrough"]) == 2
     assert "--walkthrough plays none" in capsys.readouterr().err
     assert not (tmp_path / "w.jsonl").exists()
+
+
+def test_the_progress_bar_counts_the_episodes_and_steps_played(tmp_path, capsys):
+    out = tmp_path / "episodes.jsonl"
+    assert cli_main(_argv("decision", out, episodes=3)) == 0
+    printed = capsys.readouterr()
+    steps = sum(json.loads(line)["length"] for line in out.read_text().splitlines())
+    final = printed.err.replace("\r", "\n").splitlines()
+    bar = [line for line in final if line.startswith("heldout eval")][-1]
+    assert "3/3" in bar and f"env_steps={steps}" in bar
+    quiet = tmp_path / "quiet.jsonl"
+    assert cli_main([*_argv("decision", quiet), "--quiet"]) == 0
+    printed_quiet = capsys.readouterr()
+    assert "heldout eval" not in printed_quiet.err
+    assert json.loads(printed_quiet.out) == json.loads(printed.out)  # the bar changes nothing
+    assert quiet.read_text() == out.read_text()

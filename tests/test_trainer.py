@@ -75,6 +75,16 @@ def test_training_changes_parameters_and_writes_the_run_directory(tmp_path):
     assert saved["interface"]["memory"] == "none"
 
 
+def test_the_held_out_evaluations_show_their_progress(tmp_path, capsys):
+    trainer_mod.train(small_config(steps=10, eval_every=1), tmp_path / "run")
+    err = capsys.readouterr().err.replace("\r", "\n")
+    for when in ("before", "iteration 1", "after"):
+        assert f"held-out eval ({when})" in err, when
+    assert "2/2" in err  # eval_episodes
+    trainer_mod.train(small_config(steps=10), tmp_path / "quiet", progress=False)
+    assert "held-out eval" not in capsys.readouterr().err
+
+
 def test_gae_variant_trains_a_value_head(tmp_path):
     log = trainer_mod.train(small_config(advantage="gae"), tmp_path / "run", progress=False)
     rows = read_metrics(Path(log.path))

@@ -66,7 +66,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             "--config CMP.toml --setting NAME [--arm NAME] (its arm's own start)"
         )
     common = dict(split=args.split, greedy=not args.sample, seed=args.seed,
-                  walkthrough=args.walkthrough, episodes_out=args.episodes_out)  # fmt: skip
+                  walkthrough=args.walkthrough, episodes_out=args.episodes_out,
+                  progress=not args.quiet)  # fmt: skip
     if args.run is not None:
         extra = [flag for flag, value in (("--config", args.config), ("--plane", args.plane),
                  ("--setting", args.setting), ("--arm", args.arm)) if value is not None]  # fmt: skip
@@ -229,4 +230,5 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
         "reward and the chosen row's probability (a new file; nothing is overwritten)",
     )  # fmt: skip
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--quiet", action="store_true", help="no progress bar (on stderr)")
     e.set_defaults(func=_cmd_eval)
