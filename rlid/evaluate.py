@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,13 +109,16 @@ class _EvalBar:
     def __init__(self, title: str, episodes: int) -> None:
         self.steps = 0
         self._tqdm = tqdm(total=episodes, desc=title, unit="episode", file=sys.stderr)
+        self._shown = time.monotonic()
 
     def step(self, decisions: int, finished: int) -> None:
         self.steps += decisions
         self._tqdm.set_postfix(env_steps=self.steps, refresh=False)
         self._tqdm.update(finished)
-        if not finished:
+        # steps of a long episode show too, at most once a second (fast games: no flood)
+        if not finished and time.monotonic() - self._shown >= 1.0:
             self._tqdm.refresh()
+            self._shown = time.monotonic()
 
     def close(self) -> None:
         self._tqdm.close()
