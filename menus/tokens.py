@@ -46,8 +46,11 @@ def special_prefix(tokenizer: Any, text: str = "a") -> list[int]:
     ``[bos_token_id]`` for Llama / Mistral (SentencePiece), ``[]`` for GPT-2-style
     and Qwen tokenizers and for rlid's tiny tokenizer.
     """
-    plain = encode(tokenizer, text)
-    full = encode(tokenizer, text, add_special_tokens=True)
+    return _prefix_of(encode(tokenizer, text), encode(tokenizer, text, add_special_tokens=True))
+
+
+def _prefix_of(plain: list[int], full: list[int]) -> list[int]:
+    """The ids ``full`` holds before ``plain`` (``[]`` where ``plain`` is not in it)."""
     for start in range(len(full) - len(plain) + 1):
         if full[start : start + len(plain)] == plain:
             return full[:start]
@@ -58,7 +61,10 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Ids of a complete prompt: the tokenizer's :func:`special_prefix` (unless ``text``
     already starts with it, as a chat template may write it), then the text's own ids."""
     ids = encode(tokenizer, text)
-    prefix = special_prefix(tokenizer, text) if text else []
+    if not text:
+        return ids
+    # special_prefix(tokenizer, text), reusing the text's ids: one encoding fewer
+    prefix = _prefix_of(ids, encode(tokenizer, text, add_special_tokens=True))
     if prefix and ids[: len(prefix)] != prefix:
         ids = prefix + ids
     return ids
@@ -79,7 +85,11 @@ def _last_line(tokenizer: Any, prompt: str, prompt_ids: list[int]) -> tuple[str,
 
 
 def continuation_ids(
-    tokenizer: Any, prompt: str, continuations: Sequence[str]
+    tokenizer: Any,
+    prompt: str,
+    continuations: Sequence[str],
+    *,
+    prompt_ids: list[int] | None = None,
 ) -> tuple[list[int], list[list[int]]]:
     """``(prompt_ids, [ids of each continuation as it appears after the prompt])``.
 
@@ -96,9 +106,11 @@ def continuation_ids(
     only; the first continuation is encoded both ways and must agree, else every one
     is encoded after the whole prompt (SentencePiece tokenizers that mark a text's
     start take that way). tests/test_real_tokenizers.py checks both ways on a real
-    ScienceWorld menu of 404 actions.
+    ScienceWorld menu of 404 actions. ``prompt_ids``: ``encode_prompt(tokenizer,
+    prompt)`` where the caller has it already (not encoded again).
     """
-    prompt_ids = encode_prompt(tokenizer, prompt)
+    if prompt_ids is None:
+        prompt_ids = encode_prompt(tokenizer, prompt)
     last = _last_line(tokenizer, prompt, prompt_ids) if len(continuations) > 2 else None
 
     def after_last_line(text: str) -> list[int] | None:

@@ -45,7 +45,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -245,21 +245,34 @@ class LabelTree:
         ("connect ... to ... (1892 actions)") and can nest deeply; blocks keep every
         level's menu to plain actions, which on ScienceWorld's largest states gives paths
         half as long (2,723 actions: 748 tokens against 1,462)."""
+        return list(self.iter_refits())
+
+    def iter_refits(self) -> Iterator[LabelTree]:
+        """:meth:`refits` one at a time, each built when asked for (a caller that stops
+        at the first that fits builds no more)."""
         fanouts = []
         f = self.fanout
         while f > 2:
             f = max(2, f // 2)
             fanouts.append(f)
-        out = [self.narrower(f) for f in fanouts]
+        blocks: list[LabelTree] = []
         if self.grouping == "blocks":  # these are the block trees already
-            blocks = [replace(self, row_words=0), *out]
-        else:
-            blocks = [self.narrower(f, "blocks") for f in [self.fanout, *fanouts]]
-            out += blocks
+            blocks.append(replace(self, row_words=0))
+        for f in fanouts:
+            tree = self.narrower(f)
+            if self.grouping == "blocks":
+                blocks.append(tree)
+            yield tree
+        if self.grouping != "blocks":
+            for f in [self.fanout, *fanouts]:
+                tree = self.narrower(f, "blocks")
+                blocks.append(tree)
+                yield tree
         # last: the same block trees with rows cut to a few words (ScienceWorld names
         # objects by their contents: "flower pot containing apple tree and ... soil")
-        out += [replace(tree, row_words=words) for words in ELIDED_ROW_WORDS for tree in blocks]
-        return out
+        for words in ELIDED_ROW_WORDS:
+            for tree in blocks:
+                yield replace(tree, row_words=words)
 
     def _afterstate(self, node: TreeNode) -> str | None:
         if not node.is_leaf or self.afterstates is None:

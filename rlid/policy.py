@@ -370,6 +370,9 @@ class DecisionPolicy:
             # each tree's longest path, by the tree and whether it shows afterstates (a
             # shortened prompt drops the memory line, which no later level shows)
             longest: list[list[tuple[LabelTree, bool, int]]] = [[] for _ in trees]
+            # each prompt's ids by (step, tree, memory, interface): a refit is measured
+            # with one path, then with every path, on the same prompt
+            prompts: dict[tuple[int, int, str | None, Interface], tuple[LabelTree, Any]] = {}
 
             def encode_step(
                 b: int, memory: str | None, interface: Interface, exact: bool = True
@@ -380,9 +383,16 @@ class DecisionPolicy:
                 tree = base if memory is not None else replace(base, memory=None)
                 if not interface.afterstates:
                     tree = replace(tree, afterstates=None)
-                prompt = render_decision_prompt(
-                    observations[b], infos[b], tree, interface, self.tokenizer, memory_text=memory
-                )
+                key = (b, id(base), memory, interface)
+                if key in prompts and prompts[key][0] is base:
+                    ids = prompts[key][1]
+                else:
+                    prompt = render_decision_prompt(
+                        observations[b], infos[b], tree, interface, self.tokenizer,
+                        memory_text=memory,
+                    )  # fmt: skip
+                    ids = encode_prompt(self.tokenizer, prompt)
+                    prompts[key] = (base, ids)
                 bare = tree.afterstates is None
                 known = [n for t, a, n in longest[b] if t is base and a == bare]
                 if len(self._segment_lengths) > SEGMENT_MEMO_SIZE:
@@ -398,7 +408,7 @@ class DecisionPolicy:
                         tree, self.interface, self.tokenizer, memo=self._segment_lengths
                     )
                     longest[b].append((base, bare, later))
-                return encode_prompt(self.tokenizer, prompt), tree, later, interface
+                return ids, tree, later, interface
 
             def total(step: Any) -> int:  # the prompt and the longest path after it
                 return len(step[0]) + step[2]
@@ -417,7 +427,7 @@ class DecisionPolicy:
                 # context rules it out without measuring every path (the same choice)
                 tried: list[tuple[LabelTree, Any]] = []
                 best = None
-                for candidate in tree.refits():
+                for candidate in tree.iter_refits():
                     trees[b] = candidate
                     if total(encode_step(b, used[b], shown, exact=False)) > limit:
                         tried.append((candidate, None))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from menus import Interface, LabelSet, label_context
-from menus.tokens import continuation_ids
+from menus.tokens import continuation_ids, encode_prompt
 from menus.tree import LabelTree
 from menus.tree_prompt import level_continuation
 from rlid.models import CausalLM
@@ -115,14 +115,22 @@ def segment_ids(
 
 
 def _segment_length(
-    segment: tuple[str, str], tokenizer: Any, lengths: dict[tuple[str, str], int]
+    segment: tuple[str, str],
+    tokenizer: Any,
+    lengths: dict[tuple[str, str], int],
+    prompts: dict[str, list[int]],
 ) -> int:
     """``len(segment_ids(...))`` of the segment ``(prompt, text)`` (:func:`_segment_text`),
-    through the memo ``lengths``: the label's one token, then the menu's ids."""
+    through the memo ``lengths``: the label's one token, then the menu's ids. ``prompts``
+    keeps each reading prompt's ids (one per label) for the caller's other segments."""
     n = lengths.get(segment)
     if n is None:
-        _, (ids,) = continuation_ids(tokenizer, segment[0], [segment[1]])
-        n = lengths[segment] = 1 + len(ids)
+        prompt = segment[0]
+        ids = prompts.get(prompt)
+        if ids is None:
+            ids = prompts[prompt] = encode_prompt(tokenizer, prompt)
+        _, (added,) = continuation_ids(tokenizer, prompt, [segment[1]], prompt_ids=ids)
+        n = lengths[segment] = 1 + len(added)
     return n
 
 
@@ -144,10 +152,12 @@ def longest_continuation(
     reading = label_context(interface, tokenizer)
     lengths = {} if memo is None else memo
     added: dict[tuple[int, ...], int] = {(): 0}
+    prompts: dict[str, list[int]] = {}
     for path in tree.menu_paths():  # parents before their groups
         if path:
             segment = _segment_text(tree, path, reading, interface, tokenizer)
-            added[path] = added[path[:-1]] + _segment_length(segment, tokenizer, lengths)
+            size = _segment_length(segment, tokenizer, lengths, prompts)
+            added[path] = added[path[:-1]] + size
     return max(added.values())
 
 
@@ -166,6 +176,7 @@ def one_long_path(
     lengths = {} if memo is None else memo
     total, node = 0, tree.root
     path: tuple[int, ...] = ()
+    prompts: dict[str, list[int]] = {}
     while True:
         segments = {
             (*path, r): _segment_text(tree, (*path, r), reading, interface, tokenizer)
@@ -175,7 +186,7 @@ def one_long_path(
         if not segments:
             return total
         path = max(segments, key=lambda g: len(segments[g][1]))  # the first of equals
-        total += _segment_length(segments[path], tokenizer, lengths)
+        total += _segment_length(segments[path], tokenizer, lengths, prompts)
         node = node.children[path[-1]]
 
 

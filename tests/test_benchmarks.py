@@ -69,3 +69,14 @@ def test_readout_and_update_benchmarks_run_on_a_local_model(random_qwen, capsys)
 
 def test_gpu_check_script_parses():
     subprocess.run(["bash", "-n", str(BENCHMARKS / "gpu_check.sh")], check=True)
+
+
+def test_menu_cost_splits_each_decision_into_menu_and_forward(capsys):
+    _script("menu_cost").main(["--env", "keydoor", "-o", "size=2", "--decisions", "5"])
+    out = capsys.readouterr().out
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| ")]
+    table = {cells[0].strip(): cells[1:] for cells in rows[1:]}
+    assert "1-62" in table and int(table["all"][0]) >= 5  # every decision in "all"
+    assert int(table["1-62"][0]) == int(table["all"][0])  # keydoor's menus fit the labels
+    menu_ms, forward_ms = float(table["all"][2]), float(table["all"][3])
+    assert menu_ms >= 0 and forward_ms > 0

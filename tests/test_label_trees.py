@@ -184,6 +184,28 @@ def test_a_tree_too_long_for_the_context_is_refit_narrower_then_as_blocks():
         build_label_tree(legal, labels=ALPHABET, fanout=4, grouping="blocks").refits()[-1].fanout
         == 2
     )
+    blocks = build_label_tree(legal, labels=ALPHABET, fanout=8, grouping="blocks")
+    assert [(t.grouping, t.fanout, t.row_words) for t in blocks.refits()] == [
+        ("blocks", 4, 0), ("blocks", 2, 0), ("blocks", 8, 8), ("blocks", 4, 8),
+        ("blocks", 2, 8), ("blocks", 8, 5), ("blocks", 4, 5), ("blocks", 2, 5),
+    ]  # fmt: skip
+
+
+def test_refits_are_built_one_at_a_time(monkeypatch):
+    import menus.tree as tree_mod
+
+    legal = [f"take {o} from {b}" for o in "abcdefgh" for b in ("cup", "jar", "box")]
+    tree = build_label_tree(legal, labels=ALPHABET, fanout=8)
+    built = []
+    real = tree_mod.build_label_tree
+    monkeypatch.setattr(
+        tree_mod, "build_label_tree", lambda *a, **k: built.append(1) or real(*a, **k)
+    )
+    refits = tree.iter_refits()
+    first = next(refits)  # the policy stops at the first that fits: nothing else built
+    assert len(built) == 1 and (first.grouping, first.fanout) == ("template", 4)
+    rest = list(refits)
+    assert [first, *rest] == tree.refits()
 
 
 def test_elided_rows_keep_their_first_words_and_last_three():

@@ -33,7 +33,7 @@ from menus import (
     render_decision_prompt,
     render_token_prompt,
 )
-from menus.tokens import continuation_ids, encode, encode_prompt
+from menus.tokens import continuation_ids, encode, encode_prompt, special_prefix
 from rlid.audit.exact import continuation_ids as audit_continuation_ids
 from rlid.policy import DecisionPolicy
 from rlid.readout import tokenize_prompts
@@ -159,6 +159,12 @@ def test_prompts_get_the_bos_the_tokenizer_uses(mistral, qwen):
     assert encode_prompt(chat, text).count(1) == 1 and encode_prompt(chat, text)[0] == 1
     # Qwen's BPE uses no BOS: its prompts are the text's tokens only
     assert encode_prompt(qtok, "Answer:") == encode(qtok, "Answer:") == [16141, 25]
+
+    # encode_prompt is the text's ids after special_prefix(text) unless they start with it
+    for t, sample in ((tok, "Answer:"), (chat, text), (tok, "<s> A"), (qtok, "Answer:"), (tok, "")):
+        plain, prefix = encode(t, sample), special_prefix(t, sample) if sample else []
+        wanted = plain if plain[: len(prefix)] == prefix else prefix + plain
+        assert encode_prompt(t, sample) == wanted, sample
 
     ids, mask = tokenize_prompts(tok, ["Answer:", "Now: a hall\nAnswer:"])
     first = mask.int().argmax(dim=1)
