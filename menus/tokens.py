@@ -46,7 +46,24 @@ def special_prefix(tokenizer: Any, text: str = "a") -> list[int]:
     ``[bos_token_id]`` for Llama / Mistral (SentencePiece), ``[]`` for GPT-2-style
     and Qwen tokenizers and for rlid's tiny tokenizer.
     """
+    if not adds_special_tokens(tokenizer):
+        return []
     return _prefix_of(encode(tokenizer, text), encode(tokenizer, text, add_special_tokens=True))
+
+
+def adds_special_tokens(tokenizer: Any) -> bool:
+    """Whether ``encode(text, add_special_tokens=True)`` may hold ids beyond the text's
+    own. False only where that cannot be: a ``tokenizers`` (Rust) tokenizer, or a
+    ``transformers`` tokenizer backed by one, whose post-processor (the one step that
+    special tokens switch on) adds no token to a single sequence, as rlid's tiny
+    tokenizer and Qwen's. Then every prompt's special prefix is empty and
+    :func:`encode_prompt` encodes a text once; a Python ("slow") tokenizer is asked text
+    by text."""
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(backend, "post_processor"):
+        return True
+    post = backend.post_processor
+    return post is not None and post.num_special_tokens_to_add(False) != 0
 
 
 def _prefix_of(plain: list[int], full: list[int]) -> list[int]:
@@ -61,7 +78,7 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Ids of a complete prompt: the tokenizer's :func:`special_prefix` (unless ``text``
     already starts with it, as a chat template may write it), then the text's own ids."""
     ids = encode(tokenizer, text)
-    if not text:
+    if not text or not adds_special_tokens(tokenizer):
         return ids
     # special_prefix(tokenizer, text), reusing the text's ids: one encoding fewer
     prefix = _prefix_of(ids, encode(tokenizer, text, add_special_tokens=True))

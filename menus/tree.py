@@ -44,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -400,7 +401,7 @@ def _group_rows(
     actions)"); else contiguous blocks."""
     slots = _SLOT.findall(template) if template and len(members) > fanout else []
     if len(slots) >= 2:
-        fillers = _first_fillers([m.text for m in members], template)  # type: ignore[arg-type]
+        fillers = _first_fillers(tuple(m.text for m in members), template)  # type: ignore[arg-type]
         subs: dict[str, list[TreeNode]] = {}
         for member, filler in zip(members, fillers):
             subs.setdefault(filler, []).append(member)
@@ -421,19 +422,21 @@ def _group_rows(
     return _blocks(members, [m.text for m in members], fanout, rank)
 
 
-def _first_fillers(actions: list[str], template: str) -> list[str]:
-    """What fills ``template``'s first slot in each action ([] if some action does not
+@functools.lru_cache(maxsize=256)
+def _first_fillers(actions: tuple[str, ...], template: str) -> tuple[str, ...]:
+    """What fills ``template``'s first slot in each action (() if some action does not
     match it). Object names may hold the template's own words ("connect door to kitchen
     to wire" under "connect OBJ to OBJ"), so of an action's readings the longest that
     names an object is kept: a text some action of the group has in its last slot
-    (when the template ends with one); else the shortest reading."""
+    (when the template ends with one); else the shortest reading. Kept for the same
+    group (the trees a state is refit to group it again at other fan-outs)."""
     parts = _SLOT.split(template)
     rest = re.compile("(.+?)".join(re.escape(part) for part in parts[1:]))
     readings: list[list[str]] = []
     objects: set[str] = set()
     for action in actions:
         if not action.startswith(parts[0]) or not action.endswith(parts[-1]):
-            return []
+            return ()
         body = action[len(parts[0]) :]
         found = [
             body[:cut]
@@ -441,16 +444,16 @@ def _first_fillers(actions: list[str], template: str) -> list[str]:
             if body.startswith(parts[1], cut) and rest.fullmatch(body[cut:])
         ]
         if not found:
-            return []
+            return ()
         readings.append(found)
         if parts[-1] == "":  # every text after the last separator may be an object
             sep = parts[-2]
             objects.update(
                 action[i + len(sep) :] for i in range(len(action)) if action.startswith(sep, i)
             )
-    return [
+    return tuple(
         max((f for f in found if f in objects), key=len, default=found[0]) for found in readings
-    ]
+    )
 
 
 def build_label_tree(

@@ -368,17 +368,25 @@ class DecisionPolicy:
         with self.timers.time("menu"):
             trees = [s if isinstance(s, LabelTree) else tree_of_menu(s) for s in steps]
             # each tree's longest path, by the tree and whether it shows afterstates (a
-            # shortened prompt drops the memory line, which no later level shows)
-            longest: list[list[tuple[LabelTree, bool, int]]] = [[] for _ in trees]
+            # shortened prompt drops the memory line, which no later level shows), and
+            # whether it is exact (else: a path longer than the room its prompt left)
+            longest: list[list[tuple[LabelTree, bool, int, bool]]] = [[] for _ in trees]
             # each prompt's ids by (step, tree, memory, interface): a refit is measured
             # with one path, then with every path, on the same prompt
             prompts: dict[tuple[int, int, str | None, Interface], tuple[LabelTree, Any]] = {}
 
             def encode_step(
-                b: int, memory: str | None, interface: Interface, exact: bool = True
+                b: int,
+                memory: str | None,
+                interface: Interface,
+                exact: bool = True,
+                measure_all: bool = False,
             ) -> Any:
                 """(prompt ids, tree as shown, its longest path, interface); ``exact=False``:
-                one path's length instead of the longest (a lower bound: one_long_path)."""
+                one path's length instead of the longest (a lower bound: one_long_path).
+                Where the context leaves less room than a path takes, the first such path
+                is enough to rule the tree out and is what is returned (whether a step
+                fits is all that is asked), unless ``measure_all``."""
                 base = trees[b]
                 tree = base if memory is not None else replace(base, memory=None)
                 if not interface.afterstates:
@@ -394,7 +402,11 @@ class DecisionPolicy:
                     ids = encode_prompt(self.tokenizer, prompt)
                     prompts[key] = (base, ids)
                 bare = tree.afterstates is None
-                known = [n for t, a, n in longest[b] if t is base and a == bare]
+                room = None if limit is None or measure_all else limit - len(ids)
+                known = [
+                    n for t, a, n, whole in longest[b]
+                    if t is base and a == bare and (whole or (room is not None and n > room))
+                ]  # fmt: skip
                 if len(self._segment_lengths) > SEGMENT_MEMO_SIZE:
                     self._segment_lengths.clear()
                 if known:
@@ -405,9 +417,10 @@ class DecisionPolicy:
                     )
                 else:
                     later = longest_continuation(
-                        tree, self.interface, self.tokenizer, memo=self._segment_lengths
-                    )
-                    longest[b].append((base, bare, later))
+                        tree, self.interface, self.tokenizer, memo=self._segment_lengths,
+                        beyond=room,
+                    )  # fmt: skip
+                    longest[b].append((base, bare, later, room is None or later <= room))
                 return ids, tree, later, interface
 
             def total(step: Any) -> int:  # the prompt and the longest path after it
@@ -426,7 +439,7 @@ class DecisionPolicy:
                 # the first refit whose longest path fits; one path of a tree over the
                 # context rules it out without measuring every path (the same choice)
                 tried: list[tuple[LabelTree, Any]] = []
-                best = None
+                best, original = None, trees[b]
                 for candidate in tree.iter_refits():
                     trees[b] = candidate
                     if total(encode_step(b, used[b], shown, exact=False)) > limit:
@@ -438,10 +451,11 @@ class DecisionPolicy:
                         best = step
                         break
                 if best is None:  # none fits: the shortest (the model call then refuses it)
-                    best = encoded[b]
-                    for candidate, step in tried:
+                    trees[b] = original
+                    best = encode_step(b, used[b], shown, measure_all=True)
+                    for candidate, _ in tried:
                         trees[b] = candidate
-                        step = step if step is not None else encode_step(b, used[b], shown)
+                        step = encode_step(b, used[b], shown, measure_all=True)
                         if total(step) < total(best):
                             best = step
                 encoded[b] = best  # the first that fits, else the shortest

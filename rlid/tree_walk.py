@@ -140,11 +140,16 @@ def longest_continuation(
     tokenizer: Any,
     *,
     memo: dict[tuple[str, str], int] | None = None,
+    beyond: int | None = None,
 ) -> int:
     """The most tokens the later levels of ``tree`` append to its prompt, over every
     path: exactly the longest sum of :func:`segment_ids` along a path (what a walk
     appends), so a tree whose first prompt plus this fits the context never meets a
     longer path.
+
+    ``beyond``: the first path found to append more than ``beyond`` tokens ends the
+    search and its length is returned (more than ``beyond``, at most the longest): all a
+    caller asking whether the tree fits ``beyond`` needs, without tokenising the rest.
 
     ``memo`` (kept by the caller for one tokenizer and interface) maps a segment's
     ``(reading prompt, menu text)`` to its token count: the same menus recur from state
@@ -158,6 +163,8 @@ def longest_continuation(
             segment = _segment_text(tree, path, reading, interface, tokenizer)
             size = _segment_length(segment, tokenizer, lengths, prompts)
             added[path] = added[path[:-1]] + size
+            if beyond is not None and added[path] > beyond:
+                return added[path]
     return max(added.values())
 
 

@@ -33,7 +33,13 @@ from menus import (
     render_decision_prompt,
     render_token_prompt,
 )
-from menus.tokens import continuation_ids, encode, encode_prompt, special_prefix
+from menus.tokens import (
+    adds_special_tokens,
+    continuation_ids,
+    encode,
+    encode_prompt,
+    special_prefix,
+)
 from rlid.audit.exact import continuation_ids as audit_continuation_ids
 from rlid.policy import DecisionPolicy
 from rlid.readout import tokenize_prompts
@@ -161,10 +167,26 @@ def test_prompts_get_the_bos_the_tokenizer_uses(mistral, qwen):
     assert encode_prompt(qtok, "Answer:") == encode(qtok, "Answer:") == [16141, 25]
 
     # encode_prompt is the text's ids after special_prefix(text) unless they start with it
-    for t, sample in ((tok, "Answer:"), (chat, text), (tok, "<s> A"), (qtok, "Answer:"), (tok, "")):
-        plain, prefix = encode(t, sample), special_prefix(t, sample) if sample else []
+    from rlid.tokenizer import build_tiny_tokenizer
+
+    tiny = build_tiny_tokenizer()
+    samples = [(tok, "Answer:"), (chat, text), (tok, "<s> A"), (qtok, "Answer:"), (tok, ""),
+               (qtok, "<|im_start|>user\nhi"), (tiny, "Answer: A")]  # fmt: skip
+    for t, sample in samples:
+        full = encode(t, sample, add_special_tokens=True)
+        plain = encode(t, sample)
+        prefix = next(
+            (full[:i] for i in range(len(full) - len(plain) + 1) if full[i:][: len(plain)] == plain),
+            [],
+        ) if sample else []  # fmt: skip
         wanted = plain if plain[: len(prefix)] == prefix else prefix + plain
         assert encode_prompt(t, sample) == wanted, sample
+        if sample:
+            assert special_prefix(t, sample) == prefix, sample
+    # a post-processor that adds nothing to one sequence: one encoding per prompt
+    assert adds_special_tokens(tok) and adds_special_tokens(chat)  # Mistral's BOS
+    assert not adds_special_tokens(qtok) and not adds_special_tokens(tiny)
+    assert not adds_special_tokens(tiny.backend_tokenizer)  # a bare Rust tokenizer too
 
     ids, mask = tokenize_prompts(tok, ["Answer:", "Now: a hall\nAnswer:"])
     first = mask.int().argmax(dim=1)

@@ -383,6 +383,11 @@ def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(t
         assert tree_walk.longest_continuation(t, INTERFACE, tok) == brute
         assert tree_walk.longest_continuation(t, INTERFACE, tok, memo=memo) == brute
         assert 0 < tree_walk.one_long_path(t, INTERFACE, tok, memo=memo) <= brute
+        # asked only whether the tree fits `beyond`: a path over it, or else the longest
+        for beyond in (0, brute // 2, brute - 1):
+            found = tree_walk.longest_continuation(t, INTERFACE, tok, beyond=beyond)
+            assert beyond < found <= brute
+        assert tree_walk.longest_continuation(t, INTERFACE, tok, beyond=brute) == brute
     assert t.depth > 1 and len(memo) > 10
     calls = []
     real = tree_walk.continuation_ids
