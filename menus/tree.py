@@ -401,7 +401,7 @@ def _group_rows(
     actions)"); else contiguous blocks."""
     slots = _SLOT.findall(template) if template and len(members) > fanout else []
     if len(slots) >= 2:
-        fillers = _first_fillers(tuple(m.text for m in members), template)  # type: ignore[arg-type]
+        fillers = _first_fillers(tuple(m.text for m in members), template)
         subs: dict[str, list[TreeNode]] = {}
         for member, filler in zip(members, fillers):
             subs.setdefault(filler, []).append(member)
