@@ -371,9 +371,11 @@ class DecisionPolicy:
             # shortened prompt drops the memory line, which no later level shows), and
             # whether it is exact (else: a path longer than the room its prompt left)
             longest: list[list[tuple[LabelTree, bool, int, bool]]] = [[] for _ in trees]
-            # each prompt's ids by (step, tree, memory, interface): a refit is measured
-            # with one path, then with every path, on the same prompt
-            prompts: dict[tuple[int, int, str | None, Interface], tuple[LabelTree, Any]] = {}
+            # each prompt's tree as shown and ids by (step, tree, memory, interface): a
+            # refit is measured with one path, then with every path, on the same prompt
+            prompts: dict[
+                tuple[int, int, str | None, Interface], tuple[LabelTree, LabelTree, Any]
+            ] = {}
 
             def encode_step(
                 b: int,
@@ -388,19 +390,19 @@ class DecisionPolicy:
                 is enough to rule the tree out and is what is returned (whether a step
                 fits is all that is asked), unless ``measure_all``."""
                 base = trees[b]
-                tree = base if memory is not None else replace(base, memory=None)
-                if not interface.afterstates:
-                    tree = replace(tree, afterstates=None)
                 key = (b, id(base), memory, interface)
                 if key in prompts and prompts[key][0] is base:
-                    ids = prompts[key][1]
+                    _, tree, ids = prompts[key]
                 else:
+                    tree = base if memory is not None else replace(base, memory=None)
+                    if not interface.afterstates:
+                        tree = replace(tree, afterstates=None)
                     prompt = render_decision_prompt(
                         observations[b], infos[b], tree, interface, self.tokenizer,
                         memory_text=memory,
                     )  # fmt: skip
                     ids = encode_prompt(self.tokenizer, prompt)
-                    prompts[key] = (base, ids)
+                    prompts[key] = (base, tree, ids)
                 bare = tree.afterstates is None
                 room = None if limit is None or measure_all else limit - len(ids)
                 known = [
