@@ -166,9 +166,11 @@ def shared_prompt_logprobs(
     keys and values carry them back into the prompt's forward).
 
     A prompt's cache is repeated at most ``copies`` times: with K <= ``copies`` each
-    completion has a row of its own; a larger menu puts ceil(K / ``copies``)
-    completions side by side in each row, each attending to the prompt and to its own
-    earlier tokens only (a 4D attention mask, :func:`packed_mask`). Copying a
+    completion has a row of its own; once a menu is larger, completions sit side by
+    side in rows (:func:`pack_rows`: as wide as splitting the largest menu over
+    ``copies`` rows makes them, each menu on as few as its tokens need), each
+    attending to the prompt and to its own earlier tokens only (a 4D attention mask,
+    :func:`packed_mask`). Copying a
     1,000-token prompt's cache once per action is what made scoring large menus slow
     (benchmarks/large_menus.py). Models whose attention takes no 4D mask (``sdpa``
     and ``eager`` do) keep one row per completion.
@@ -288,6 +290,48 @@ def packed_mask(
     )
 
 
+def pack_rows(
+    counts: Sequence[int], sizes: Sequence[int], copies: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Where :func:`_packed_completions` puts each completion: the layout of the rows.
+
+    ``counts[b]`` completions belong to prompt b (in order), completion n takes
+    ``sizes[n]`` columns. The row width is that of splitting every menu into at most
+    ``copies`` rows of ceil(K_b / ``copies``) completions each (the widest such row);
+    each menu then fills rows of that width in order, a completion starting a new row
+    where it would overflow the current one. So the largest menu keeps at most
+    ``copies`` rows, and a smaller menu in the same batch takes as few rows as its
+    tokens need instead of ``copies`` mostly padded ones (every row is as wide as the
+    widest). Returns (prompt of each row, row of each completion, its first column
+    there, tokens in each row (at least 1)).
+    """
+    width = 1
+    first = 0
+    for k in counts:
+        per_row = -(-k // copies)  # ceil
+        for start in range(first, first + k, per_row):
+            width = max(width, sum(sizes[start : min(start + per_row, first + k)]))
+        first += k
+    owners: list[int] = []
+    row_of: list[int] = []
+    offset_of: list[int] = []
+    spans: list[int] = []
+    n = 0
+    for b, k in enumerate(counts):
+        used = width + 1  # no row of prompt b yet
+        for size in sizes[n : n + k]:
+            if used + size > width:  # starts a row: prompt b's first, or this one is full
+                owners.append(b)
+                spans.append(1)
+                used = 0
+            row_of.append(len(owners) - 1)
+            offset_of.append(used)
+            used += size
+            spans[-1] = max(used, 1)
+        n += k
+    return owners, row_of, offset_of, spans
+
+
 def _packed_completions(
     model: torch.nn.Module,
     cache: Any,
@@ -299,27 +343,12 @@ def _packed_completions(
     copies: int,
     autocast: Callable[[], AbstractContextManager[Any]],
 ) -> torch.Tensor:
-    """log p of tokens 1.. of every completion (N, C - 1), completions packed
-    ceil(K_b / copies) to a row on at most ``copies`` copies of prompt b's cache."""
+    """log p of tokens 1.. of every completion (N, C - 1), completions packed side by
+    side on at most ``copies`` copies of prompt b's cache (:func:`pack_rows`)."""
     device = targets.device
     count, width = targets.shape
     sizes = (lengths - 1).tolist()
-    owners: list[int] = []  # prompt of each packed row
-    row_of: list[int] = []  # packed row of each completion
-    offset_of: list[int] = []  # its first column there
-    spans: list[int] = []  # tokens in each packed row
-    first = 0
-    for b, k in enumerate(counts):
-        per_row = -(-k // copies)  # ceil
-        for start in range(first, first + k, per_row):
-            used = 0
-            for n in range(start, min(start + per_row, first + k)):
-                row_of.append(len(owners))
-                offset_of.append(used)
-                used += sizes[n]
-            owners.append(b)
-            spans.append(max(used, 1))
-        first += k
+    owners, row_of, offset_of, spans = pack_rows(counts, sizes, copies)
     rows, columns = len(owners), max(spans)
     # each completion token j < len - 1 sits at (row, offset + j) and predicts token j + 1
     n_idx = torch.repeat_interleave(torch.arange(count, device=device), lengths - 1)

@@ -347,10 +347,11 @@ class ScoringPolicy:
         return self.menu_logp(token_logp, mask, completions, actions, temperature)
 
     def update_tokens(self, decision: Decision) -> int:
-        """Token positions re-scoring ``decision`` runs (``micro_batch_tokens``): every
-        action's tokens, and its prompt once per copy of the prompt's cache (one per
-        action, at most ``copies`` where continuations are packed; the whole prompt
-        per action without ``share_prompt``)."""
+        """Token positions re-scoring ``decision`` runs, at most (``micro_batch_tokens``):
+        every action's tokens, and its prompt once per copy of the prompt's cache (one
+        per action, at most ``copies`` where continuations are packed: fewer where the
+        decision's rows are wider than its own split needs; the whole prompt per action
+        without ``share_prompt``)."""
         completions = decision.extra["completion_ids"]
         k, p = len(completions), len(decision.prompt_ids)
         shared = self.share_prompt and packs_completions(self.model)

@@ -17,12 +17,17 @@ Times are minima over ``--reps``.
 ``--against unpacked`` compares instead, on menus of more than 64 actions, the
 default shared path (the prompt's cache copied at most 64 times, the completions
 packed side by side) with one cache copy per action (``copies`` unbounded), as the
-shared path ran before packing.
+shared path ran before packing. ``--against even-rows`` compares the default packing
+(rows as wide as the widest menu's, each menu on as few of them as its tokens need:
+``baselines.engine.pack_rows``) with every menu split over min(K, 64) rows, as packing
+ran before: in a batch of mixed menu sizes the small menus' rows were mostly padding.
 
     python benchmarks/scoring_plane.py --env "tw-cooking[recipe=1,take=1,go=1]" --states 8
     python benchmarks/scoring_plane.py --env "keydoor[size=5,keys=2]" --model tiny
     python benchmarks/scoring_plane.py --model tiny --against unpacked \
         --states-file tests/data/scienceworld_states.json --min-actions 100
+    python benchmarks/scoring_plane.py --model tiny --against even-rows \
+        --states-file tests/data/scienceworld_states.json
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+import baselines.engine
 import envs
 from baselines.scoring import ScoringPolicy
 from rlid.config import TrainConfig
@@ -78,6 +86,42 @@ def file_states(path: str, min_actions: int) -> tuple[list[str], list[dict[str, 
     return [s["observation"] for s in kept], infos
 
 
+def even_rows(
+    counts: Sequence[int], sizes: Sequence[int], copies: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The packed rows as laid out before ``baselines.engine.pack_rows``: every menu of
+    K completions split into rows of ceil(K / ``copies``) completions each, whatever the
+    other menus of the batch (all rows are as wide as the widest)."""
+    owners: list[int] = []
+    row_of: list[int] = []
+    offset_of: list[int] = []
+    spans: list[int] = []
+    first = 0
+    for b, k in enumerate(counts):
+        per_row = -(-k // copies)
+        for start in range(first, first + k, per_row):
+            used = 0
+            for n in range(start, min(start + per_row, first + k)):
+                row_of.append(len(owners))
+                offset_of.append(used)
+                used += sizes[n]
+            owners.append(b)
+            spans.append(max(used, 1))
+        first += k
+    return owners, row_of, offset_of, spans
+
+
+@contextmanager
+def even_rows_layout() -> Iterator[None]:
+    """``baselines.engine`` packing with :func:`even_rows` inside the block."""
+    default: Callable[..., Any] = baselines.engine.pack_rows
+    baselines.engine.pack_rows = even_rows  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        baselines.engine.pack_rows = default  # type: ignore[assignment]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="tw-cooking[recipe=1,take=1,go=1]",
@@ -99,9 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="with --states-file: only its states of at least this many legal actions",
     )
-    parser.add_argument("--against", choices=("full", "unpacked"), default="full",
+    parser.add_argument("--against", choices=("full", "unpacked", "even-rows"), default="full",
                         help="what the shared path is timed against: one sequence per "
-                        "action (full), or one cache copy per action (unpacked)")  # fmt: skip
+                        "action (full), one cache copy per action (unpacked), or each "
+                        "menu split over min(K, 64) rows (even-rows)")  # fmt: skip
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -114,7 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         observations, infos = collect_states(args.env, args.states, args.seed)
     menus = [len(i["legal_actions"]) for i in infos]
-    other = {"share_prompt": False} if args.against == "full" else {"copies": 10**9}
+    other = {"full": {"share_prompt": False}, "unpacked": {"copies": 10**9}}.get(args.against, {})
+    # even-rows: the same policy, the rows laid out as before (see even_rows)
+    layout = even_rows_layout if args.against == "even-rows" else nullcontext
     policies = {
         True: ScoringPolicy(model, tokenizer, interface),
         False: ScoringPolicy(model, tokenizer, interface, **other),
@@ -128,15 +175,18 @@ def main(argv: list[str] | None = None) -> None:
                 rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
             )  # fmt: skip
 
-    decisions = act(policies[False])
+    with layout():
+        decisions = act(policies[False])
     prompt_tokens = [len(d.prompt_ids) for d in decisions]
     print(
         f"env={args.env} model={args.model} states={len(infos)} threads={args.threads} "
         f"menu sizes K={menus} (mean {statistics.mean(menus):.1f}) "
         f"prompt tokens {min(prompt_tokens)}-{max(prompt_tokens)}"
     )
+    with torch.no_grad(), layout():
+        against_logp = policies[False].score(decisions)[0]
     with torch.no_grad():
-        gap = (policies[True].score(decisions)[0] - policies[False].score(decisions)[0]).abs()
+        gap = (policies[True].score(decisions)[0] - against_logp).abs()
     finite = torch.isfinite(gap)
     print(f"max |log pi shared - log pi {other_name}| = {float(gap[finite].max()):.1e}")
 
@@ -150,8 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.reps):
         for share in (True, False):
             for name, call in (("act", act), ("update", update)):
-                start = time.perf_counter()
-                call(policies[share])
+                with nullcontext() if share else layout():
+                    start = time.perf_counter()
+                    call(policies[share])
                 times.setdefault((name, share), []).append(time.perf_counter() - start)
     print(f"\n{'call':>7} {'shared s':>9} {other_name + ' s':>11} {other_name + '/shared':>16}")
     for name in ("act", "update"):

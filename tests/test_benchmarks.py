@@ -80,3 +80,27 @@ def test_menu_cost_splits_each_decision_into_menu_and_forward(capsys):
     assert int(table["1-62"][0]) == int(table["all"][0])  # keydoor's menus fit the labels
     menu_ms, forward_ms = float(table["all"][2]), float(table["all"][3])
     assert menu_ms >= 0 and forward_ms > 0
+
+
+def test_scoring_plane_times_packed_rows_against_the_even_split(capsys):
+    """``--against even-rows`` swaps the row layout for its calls only, and both layouts
+    give one distribution on real ScienceWorld menus (packed: 199 and 404 actions)."""
+    import baselines.engine
+
+    bench = _script("scoring_plane")
+    states = Path(__file__).parent / "data" / "scienceworld_states.json"
+    default = baselines.engine.pack_rows
+    with bench.even_rows_layout():
+        assert baselines.engine.pack_rows is bench.even_rows
+    assert baselines.engine.pack_rows is default
+    # the even split: each menu over min(K, copies) rows of ceil(K / copies) completions
+    assert bench.even_rows([5, 2], [3, 3, 3, 3, 3, 2, 2], 2)[0] == [0, 0, 1, 1]
+    assert default([5, 2], [3, 3, 3, 3, 3, 2, 2], 2)[0] == [0, 0, 1]
+    bench.main(["--model", "tiny", "--against", "even-rows", "--states-file", str(states),
+                "--min-actions", "150", "--reps", "1"])  # fmt: skip
+    out = capsys.readouterr().out
+    gap = float(out.split("log pi even-rows| = ")[1].split()[0])
+    assert gap < 1e-4
+    times = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+             if line.strip().startswith(("act ", "update "))}  # fmt: skip
+    assert set(times) == {"act", "update"} and all(float(t) > 0 for t in times["update"])

@@ -243,6 +243,39 @@ def test_packed_mask_by_hand():
     assert float(additive.min()) == torch.finfo(torch.float32).min
 
 
+def test_pack_rows_by_hand():
+    """The widest row of splitting each menu over ``copies`` rows sets the width; each
+    menu then fills rows of it in order, so a small menu beside a large one takes few."""
+    from baselines.engine import pack_rows
+
+    # menu 0: 5 completions of 3 tokens, copies 2 -> rows of 3 and 2: width 9;
+    # menu 1: 2 completions of 2 tokens fit one row of 9 (split evenly: two rows)
+    owners, row_of, offset_of, spans = pack_rows([5, 2], [3, 3, 3, 3, 3, 2, 2], copies=2)
+    assert owners == [0, 0, 1]
+    assert row_of == [0, 0, 0, 1, 1, 2, 2]
+    assert offset_of == [0, 3, 6, 0, 3, 0, 2]
+    assert spans == [9, 6, 4]
+    # a completion that would overflow its row starts the next; no row holds two menus
+    owners, row_of, offset_of, spans = pack_rows([3, 3], [2, 1, 2, 2, 2, 1], copies=2)
+    assert (owners, row_of, offset_of, spans) == ([0, 0, 1, 1], [0, 0, 1, 2, 2, 3],
+                                                  [0, 2, 0, 0, 2, 0], [3, 2, 4, 1])  # fmt: skip
+    # one-token completions take no column (nothing to predict after token 0)
+    assert pack_rows([2], [0, 0], copies=64) == ([0], [0, 0], [0, 0], [1])
+    # at most ``copies`` rows per menu (never more than splitting it evenly), any sizes
+    g = np.random.default_rng(0)
+    for _ in range(200):
+        counts = g.integers(1, 40, size=g.integers(1, 4)).tolist()
+        sizes = g.integers(0, 6, size=sum(counts)).tolist()
+        copies = int(g.integers(1, 8))
+        owners, row_of, offset_of, spans = pack_rows(counts, sizes, copies)
+        assert max(owners.count(b) for b in range(len(counts))) <= copies
+        menu_of = [b for b, k in enumerate(counts) for _ in range(k)]
+        assert [owners[r] for r in row_of] == menu_of
+        assert all(0 < s <= max(spans) for s in spans)
+        ends = [o + s for o, s in zip(offset_of, sizes)]
+        assert all(e <= spans[r] or s == 0 for e, s, r in zip(ends, sizes, row_of))
+
+
 def _ragged_menus(vocab, counts=(9, 12, 5), prompt_lengths=(30, 23, 17)):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in prompt_lengths]
@@ -266,7 +299,7 @@ def _logp_and_grads(model, prompts, menus, pad, **kwargs):
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("copies", [1, 2, 5])
 def test_packed_completions_equal_one_row_each_and_the_full_sequences(attention, copies):
-    """Packing ceil(K / copies) completions per row changes rounding only: the same
+    """Packing completions side by side (``pack_rows``) changes rounding only: the same
     log-probs as one row per completion and as each prompt + completion run alone,
     and the same gradients (prompt and completions, the value's hidden state too)."""
     from baselines.engine import completion_logprobs
