@@ -220,7 +220,9 @@ def play_groups(
 
 def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
     """Write the run directory, then restore a checkpoint (returning its iteration) or
-    evaluate the starting policy on held-out games (returning 0).
+    evaluate the starting policy on held-out games (returning 0): a run restarted
+    before its first checkpoint keeps that evaluation where the same weights ran it
+    with the same code (:meth:`rlid.runs.log.RunLog.start`).
 
     Every rank starts from rank 0's parameters (a no-op in one process; a wrapped model
     got them when it was wrapped).
@@ -244,7 +246,10 @@ def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
         getattr(state.model, "rlid_origin", str(ctx.config.model)),
         template=resolve_template(ctx.config.interface, held_out.policy.tokenizer),
     )
-    log.write_eval("before", held_out.evaluate(ctx, "before"))
+    if dist_.any_rank(not log.has_eval("before"), world):
+        log.write_eval("before", held_out.evaluate(ctx, "before"))
+    elif world.is_writer:  # restarted before a checkpoint, the same start and code
+        log.reuse_eval("before")
     return 0
 
 

@@ -723,6 +723,55 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, mon
     assert json.loads((out / "checkpoint" / "state.json").read_text())["iteration"] == len(rows)
 
 
+@pytest.mark.parametrize(
+    ("restart_git", "kept"),
+    [
+        ({"commit": "a" * 40, "uncommitted_changes": False}, True),  # the same code
+        ({"commit": "b" * 40, "uncommitted_changes": False}, False),  # other code
+        ({"commit": "a" * 40, "uncommitted_changes": True}, False),  # code unknown
+    ],
+)
+def test_a_restart_before_the_first_checkpoint_keeps_the_before_eval_of_the_same_code(
+    tmp_path, monkeypatch, capsys, restart_git, kept
+):
+    """Killed in iteration 1, the run restarts from scratch; its held-out evaluation of
+    the starting model is kept only where the same code would compute it again."""
+    import rlid.loop
+    import rlid.runs.log as log_mod
+
+    real_update, real_evaluate = trainer_mod.ppo_update, rlid.loop.HeldOut.evaluate
+    evaluated: list[str] = []
+
+    def counted(self, ctx, when):
+        evaluated.append(when)
+        return real_evaluate(self, ctx, when)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    record = {"rlid": "0", "git": {"commit": "a" * 40, "uncommitted_changes": False}}
+    monkeypatch.setattr(log_mod, "software_record", lambda: record)
+    monkeypatch.setattr(rlid.loop.HeldOut, "evaluate", counted)
+    monkeypatch.setattr(trainer_mod, "ppo_update", killed)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.train(small_config(steps=8), out, progress=False)
+    first = json.loads((out / "eval.json").read_text())["before"]
+    assert evaluated == ["before"] and not (out / "checkpoint").exists()
+    monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    monkeypatch.setattr(log_mod, "software_record", lambda: {**record, "git": restart_git})
+    capsys.readouterr()
+    trainer_mod.train(None, out, resume=True, progress=False)
+    assert evaluated == (["before", "after"] if kept else ["before", "before", "after"])
+    assert ("kept from the start before the restart" in capsys.readouterr().err) == kept
+    saved = json.loads((out / "eval.json").read_text())
+    assert set(saved) >= {"before", "after"}
+    if kept:
+        assert saved["before"] == first
+    config = json.loads((out / "config.json").read_text())
+    assert config["software"]["git"] == restart_git  # what ran this start
+
+
 def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path, capsys):
     # tiny-random: the subprocess would otherwise build the full warm start
     flags = ["--model", "tiny-random",

@@ -235,9 +235,26 @@ class RunLog:
             self._lock.check()
             rundir.write_metrics(self.path, [])
             raw = rundir.read_json(self.path / "config.json", sealed=True)
+            earlier = (raw.get("start_model"), raw.get("software"))
             raw["start_model"] = self._pin()
             raw["software"] = software_record()
+            self._keep_before_eval(same_start=earlier == (raw["start_model"], raw["software"]))
             rundir.write_json(self.path / "config.json", raw, sealed=True)
+
+    def _keep_before_eval(self, *, same_start: bool) -> None:
+        """A run restarted before its first checkpoint keeps the held-out evaluation of
+        its starting model when that ran on the same weights (the same pin) with the
+        same code (commit, no uncommitted changes), libraries and CPU kernels: it
+        would compute the same numbers again. Anything else in eval.json goes."""
+        path = self.path / "eval.json"
+        if not path.exists():
+            return
+        before = rundir.read_json(path, sealed=True).get("before")
+        git = (software_record().get("git") or {}) if same_start else {}
+        if before is not None and git.get("uncommitted_changes") is False:
+            rundir.write_json(path, {"before": before}, sealed=True)
+        else:
+            path.unlink()
 
     def _pin(self) -> dict[str, Any]:
         model = str(self.config.model)
@@ -428,6 +445,16 @@ class RunLog:
 
     def write_eval(self, key: str, stats: dict[str, float]) -> None:
         self._update_eval({key: stats})
+        self.trackers.log_eval(stats, self.metrics[-1]["budget"] if self.metrics else None)
+
+    def reuse_eval(self, key: str) -> None:
+        """Report ``eval.json[key]``, kept from an earlier start, as if just evaluated."""
+        stats = rundir.read_json(self.path / "eval.json", sealed=True)[key]
+        print(
+            f"note: {self.path}: the held-out evaluation {key} training is kept from the "
+            "start before the restart (the same weights and code)",
+            file=sys.stderr,
+        )
         self.trackers.log_eval(stats, self.metrics[-1]["budget"] if self.metrics else None)
 
     def has_eval(self, key: str) -> bool:
