@@ -724,20 +724,26 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_cleanly(tmp_path, mon
 
 
 @pytest.mark.parametrize(
-    ("restart_git", "kept"),
+    ("restart_git", "weights_known", "kept"),
     [
-        ({"commit": "a" * 40, "uncommitted_changes": False}, True),  # the same code
-        ({"commit": "b" * 40, "uncommitted_changes": False}, False),  # other code
-        ({"commit": "a" * 40, "uncommitted_changes": True}, False),  # code unknown
+        ({"commit": "a" * 40, "uncommitted_changes": False}, True, True),  # the same code
+        ({"commit": "b" * 40, "uncommitted_changes": False}, True, False),  # other code
+        ({"commit": "a" * 40, "uncommitted_changes": True}, True, False),  # code unknown
+        ({"commit": "a" * 40, "uncommitted_changes": False}, False, False),  # weights unknown
     ],
 )
 def test_a_restart_before_the_first_checkpoint_keeps_the_before_eval_of_the_same_code(
-    tmp_path, monkeypatch, capsys, restart_git, kept
+    tmp_path, monkeypatch, capsys, restart_git, weights_known, kept
 ):
     """Killed in iteration 1, the run restarts from scratch; its held-out evaluation of
-    the starting model is kept only where the same code would compute it again."""
+    the starting model is kept only where the same code would compute it again on the
+    same weights (a pin with no sha256, e.g. a warm start not built yet, is not known)."""
     import rlid.loop
     import rlid.runs.log as log_mod
+
+    if not weights_known:
+        unknown = {"model": "tiny-random", "origin": "warm", "path": None, "sha256": None}
+        monkeypatch.setattr(rlid.loop, "model_pin", lambda name: unknown)
 
     real_update, real_evaluate = trainer_mod.ppo_update, rlid.loop.HeldOut.evaluate
     evaluated: list[str] = []

@@ -238,20 +238,24 @@ class RunLog:
             earlier = (raw.get("start_model"), raw.get("software"))
             raw["start_model"] = self._pin()
             raw["software"] = software_record()
-            self._keep_before_eval(same_start=earlier == (raw["start_model"], raw["software"]))
+            self._keep_before_eval(earlier, (raw["start_model"], raw["software"]))
             rundir.write_json(self.path / "config.json", raw, sealed=True)
 
-    def _keep_before_eval(self, *, same_start: bool) -> None:
+    def _keep_before_eval(self, earlier: tuple[Any, Any], now: tuple[Any, Any]) -> None:
         """A run restarted before its first checkpoint keeps the held-out evaluation of
-        its starting model when that ran on the same weights (the same pin) with the
-        same code (commit, no uncommitted changes), libraries and CPU kernels: it
-        would compute the same numbers again. Anything else in eval.json goes."""
+        its starting model when that ran on the same weights (the same pin, with their
+        sha256, or the fresh random model of the same config) with the same code
+        (commit, no uncommitted changes), libraries and CPU kernels: it would compute
+        the same numbers again. ``earlier`` / ``now``: (start_model, software) as
+        recorded then and now. Anything else in eval.json goes."""
         path = self.path / "eval.json"
         if not path.exists():
             return
         before = rundir.read_json(path, sealed=True).get("before")
-        git = (software_record().get("git") or {}) if same_start else {}
-        if before is not None and git.get("uncommitted_changes") is False:
+        pin, software = now
+        known = isinstance(pin, dict) and (pin.get("sha256") or pin.get("origin") == "fresh")
+        clean = ((software or {}).get("git") or {}).get("uncommitted_changes") is False
+        if before is not None and earlier == now and known and clean:
             rundir.write_json(path, {"before": before}, sealed=True)
         else:
             path.unlink()
