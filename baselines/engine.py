@@ -85,6 +85,76 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
+LOGPROB_BLOCK = 1 << 23
+"""Logit entries (rows x vocabulary) :func:`token_logprobs` turns into float32 at once."""
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    """log_softmax(logits / T)[target] in float32 blocks of rows; see :func:`token_logprobs`."""
+
+    @staticmethod
+    def _log_softmax(rows: torch.Tensor, temperature: float, *, log: bool) -> torch.Tensor:
+        if temperature != 1.0:
+            rows = rows.float() / temperature
+        norm = torch.log_softmax if log else torch.softmax
+        return norm(rows, dim=-1, dtype=torch.float32)  # fused, upcast inside the kernel
+
+    @staticmethod
+    def forward(
+        ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float, block: int
+    ) -> torch.Tensor:
+        flat = logits.reshape(-1, logits.shape[-1])
+        chosen = targets.reshape(-1, 1)
+        logp = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
+        for start in range(0, flat.shape[0], block):
+            rows = slice(start, start + block)
+            full = _TokenLogprobs._log_softmax(flat[rows], temperature, log=True)
+            logp[rows] = full.gather(-1, chosen[rows]).squeeze(-1)
+        ctx.save_for_backward(logits, targets)
+        ctx.temperature, ctx.block = temperature, block
+        return logp.view(targets.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        logits, targets = ctx.saved_tensors
+        temperature, block = ctx.temperature, ctx.block
+        flat = logits.reshape(-1, logits.shape[-1])
+        chosen = targets.reshape(-1, 1)
+        g = grad.reshape(-1, 1).float()
+        out = torch.empty_like(flat)
+        for start in range(0, flat.shape[0], block):
+            rows = slice(start, start + block)
+            # d/dx [log softmax(x)_t] = onehot(t) - softmax(x), x = logits / T
+            step = _TokenLogprobs._log_softmax(flat[rows], temperature, log=False).mul_(-g[rows])
+            step.scatter_add_(-1, chosen[rows], g[rows])
+            out[rows] = step.div_(temperature) if temperature != 1.0 else step
+        return out.view_as(logits), None, None, None
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0
+) -> torch.Tensor:
+    """``log_softmax(logits / T)`` at ``targets`` (float32, shape of ``targets``), a block
+    of positions at a time.
+
+    ``logits`` (..., V) in any dtype, ``targets`` (...) token ids. Written out it would
+    keep a float32 copy of every logit and its log-softmax until the backward pass;
+    here only the chosen entries are kept, each block of about :data:`LOGPROB_BLOCK`
+    logits is normalised in float32 in turn, and the backward pass recomputes the
+    block's softmax from the logits themselves (which it saves, in their own dtype). Same numbers as the written-out
+    form, gradients included, up to float rounding.
+    """
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}"
+        )
+    block = max(1, LOGPROB_BLOCK // max(1, logits.shape[-1]))
+    out: torch.Tensor = _TokenLogprobs.apply(
+        logits.contiguous(), targets.contiguous(), float(temperature), block
+    )
+    return out
+
+
 def completion_logprobs(
     model: torch.nn.Module,
     prompt_ids: Sequence[Sequence[int]],
@@ -101,7 +171,7 @@ def completion_logprobs(
     **right-aligned**: row b's tokens sit in the last ``len(completion_ids[b])``
     columns. ``temperature`` scores under softmax(logits / T), the distribution a
     sampler at T drew from; ``autocast`` wraps the model forward only (the
-    log-softmax runs in float32). The hidden state is the LM head's input (a hook),
+    log-softmax runs in float32, :func:`token_logprobs`). The hidden state is the LM head's input (a hook),
     so no layer's full hidden states are kept.
 
     Returns:
@@ -127,11 +197,12 @@ def completion_logprobs(
             use_cache=False,
             logits_to_keep=width + 1,
         )
-    logits = out.logits[:, -(width + 1) : -1].float()  # (B, C, V): predicts the last C tokens
-    if temperature != 1.0:
-        logits = logits / temperature
     targets = input_ids[:, -width:]  # (B, C)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    # the kept positions predict the last C tokens and one past the end (a dummy target,
+    # dropped): the whole (contiguous) logits go in without a copy
+    following = torch.cat([targets, targets[:, -1:]], dim=1)  # (B, C + 1)
+    logits = out.logits[:, -(width + 1) :]  # all of them where the model kept width + 1
+    logp = token_logprobs(logits, following, temperature=temperature)[:, :-1]
     cols = torch.arange(width, device=device)
     mask = cols[None, :] >= (width - torch.tensor(lengths, device=device))[:, None]  # (B, C)
     logp = torch.where(mask, logp, 0.0)
@@ -242,8 +313,7 @@ def shared_prompt_logprobs(
                 use_cache=True,
                 **{cache_kw: cache},
             )
-        logits = rest.logits.float()  # (N, C - 1, V)
-        later = logits.gather(-1, targets[:, 1:, None]).squeeze(-1) - logits.logsumexp(-1)
+        later = token_logprobs(rest.logits, targets[:, 1:])  # (N, C - 1)
         logp = torch.cat([logp, later], dim=1)
     return torch.where(mask, logp, 0.0), mask, hidden
 
@@ -374,8 +444,7 @@ def _packed_completions(
             use_cache=True,
             **{cache_kw: cache},
         )
-    logits = out.logits.float()  # (R, T, V)
-    packed = logits.gather(-1, following[..., None]).squeeze(-1) - logits.logsumexp(-1)
+    packed = token_logprobs(out.logits, following)  # (R, T)
     later = torch.zeros(count, width - 1, dtype=packed.dtype, device=device)
     return later.index_put((n_idx, j_idx), packed[r_idx, c_idx])
 

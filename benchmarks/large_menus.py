@@ -59,7 +59,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import envs
-from baselines.engine import SHARED_COPIES
+from baselines.engine import LOGPROB_BLOCK, SHARED_COPIES
 from baselines.scoring import ScoringPolicy
 from baselines.token_policy import TokenPolicy
 from menus import Interface
@@ -130,12 +130,14 @@ def kv_bytes_per_token(model: Any) -> int:
 
 def scoring_bytes(model: Any, k: int, prompt: int, continuation: int) -> int:
     """About the peak bytes of KV-shared scoring of one state: the prompt's cache
-    repeated min(``k``, SHARED_COPIES) times, and the ``k`` actions' ``continuation``
-    positions' float32 logits over the vocabulary three times over (logits,
-    log-softmax, gather)."""
+    repeated min(``k``, SHARED_COPIES) times, the ``k`` actions' ``continuation``
+    positions' logits over the vocabulary in the model's dtype, and one float32 block
+    of them normalised at a time (:func:`baselines.engine.token_logprobs`)."""
     vocab = model.get_output_embeddings().weight.shape[0]
+    dtype_bytes = next(model.parameters()).element_size()
     cache = min(k, SHARED_COPIES) * prompt * kv_bytes_per_token(model)
-    return cache + k * 3 * continuation * vocab * 4
+    block = min(LOGPROB_BLOCK, k * continuation * vocab) * 4
+    return cache + k * continuation * vocab * dtype_bytes + block
 
 
 def run(args: argparse.Namespace) -> None:

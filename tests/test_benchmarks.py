@@ -104,3 +104,19 @@ def test_scoring_plane_times_packed_rows_against_the_even_split(capsys):
     times = {line.split()[0]: line.split()[1:] for line in out.splitlines()
              if line.strip().startswith(("act ", "update "))}  # fmt: skip
     assert set(times) == {"act", "update"} and all(float(t) > 0 for t in times["update"])
+
+
+def test_logprob_memory_compares_the_written_out_form_with_blocks(capsys):
+    """Same values and gradients; the blocks keep fewer bytes alive (allocation events,
+    not timings), for bfloat16 and float32 logits."""
+    bench = _script("logprob_memory")
+    bench.main(["--positions", "64", "--vocab", "4096", "--reps", "1"])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| bfloat16", "| float32"))]  # fmt: skip
+    assert [r[0].strip() for r in rows] == ["bfloat16", "float32"]
+    for row in rows:
+        assert float(row[4].strip().rstrip("x")) > 1.5
+        values, grads = (float(x) for x in row[5].split(","))
+        assert values < 1e-5 and grads < 1e-4
+    with pytest.raises(SystemExit):
+        bench.main(["--dtype", "float13"])

@@ -243,6 +243,34 @@ def test_packed_mask_by_hand():
     assert float(additive.min()) == torch.finfo(torch.float32).min
 
 
+def test_token_logprobs_by_hand_in_blocks(monkeypatch):
+    """log_softmax(logits / T)[target] and its gradient onehot - softmax, over 1/T."""
+    from baselines import engine
+
+    third = torch.tensor([[0.0, float(np.log(3.0))]], requires_grad=True)
+    for temperature, p1 in ((1.0, 0.75), (0.5, 0.9)):  # softmax([0, 2 ln 3]) = [0.1, 0.9]
+        logp = engine.token_logprobs(third, torch.tensor([1]), temperature=temperature)
+        assert logp.dtype == torch.float32 and logp.shape == (1,)
+        assert float(logp) == pytest.approx(np.log(p1), abs=1e-7)
+        (grad,) = torch.autograd.grad(logp.sum(), third)
+        want = [-(1 - p1) / temperature, (1 - p1) / temperature]
+        assert grad[0].tolist() == pytest.approx(want, abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 11, (3, 5), generator=g)
+    weights = torch.randn(3, 5, generator=g)
+    ref = torch.log_softmax(logits.float() / 0.7, -1).gather(-1, targets[..., None]).squeeze(-1)
+    (ref_grad,) = torch.autograd.grad((ref * weights).sum(), logits)
+    for rows in (1, 4, 15, 1000):  # a block of 1 position, ragged blocks, one block
+        monkeypatch.setattr(engine, "LOGPROB_BLOCK", rows * 11)
+        logp = engine.token_logprobs(logits, targets, temperature=0.7)
+        (grad,) = torch.autograd.grad((logp * weights).sum(), logits)
+        assert torch.allclose(logp, ref, atol=1e-6) and grad.dtype == torch.bfloat16
+        assert torch.allclose(grad.float(), ref_grad.float(), atol=1e-2)  # bfloat16 grads
+    with pytest.raises(ValueError, match="do not match"):
+        engine.token_logprobs(logits, targets[:, :4])
+
+
 def test_pack_rows_by_hand():
     """The widest row of splitting each menu over ``copies`` rows sets the width; each
     menu then fills rows of it in order, so a small menu beside a large one takes few."""
