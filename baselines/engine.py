@@ -141,8 +141,9 @@ def token_logprobs(
     keep a float32 copy of every logit and its log-softmax until the backward pass;
     here only the chosen entries are kept, each block of about :data:`LOGPROB_BLOCK`
     logits is normalised in float32 in turn, and the backward pass recomputes the
-    block's softmax from the logits themselves (which it saves, in their own dtype). Same numbers as the written-out
-    form, gradients included, up to float rounding.
+    block's softmax from the logits themselves (which it saves, in their own dtype).
+    Same numbers as the written-out form, gradients included, up to float rounding
+    (``benchmarks/logprob_memory.py`` measures both).
     """
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
@@ -171,8 +172,8 @@ def completion_logprobs(
     **right-aligned**: row b's tokens sit in the last ``len(completion_ids[b])``
     columns. ``temperature`` scores under softmax(logits / T), the distribution a
     sampler at T drew from; ``autocast`` wraps the model forward only (the
-    log-softmax runs in float32, :func:`token_logprobs`). The hidden state is the LM head's input (a hook),
-    so no layer's full hidden states are kept.
+    log-softmax runs in float32, :func:`token_logprobs`). The hidden state is the LM
+    head's input (a hook), so no layer's full hidden states are kept.
 
     Returns:
         logp (B, C) log π(token | prefix), 0 where ``mask`` is False;
