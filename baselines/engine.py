@@ -93,7 +93,7 @@ class _TokenLogprobs(torch.autograd.Function):
     """log_softmax(logits / T)[target] in float32 blocks of rows; see :func:`token_logprobs`."""
 
     @staticmethod
-    def _log_softmax(rows: torch.Tensor, temperature: float, *, log: bool) -> torch.Tensor:
+    def _normalised(rows: torch.Tensor, temperature: float, *, log: bool) -> torch.Tensor:
         if temperature != 1.0:
             rows = rows.float() / temperature
         norm = torch.log_softmax if log else torch.softmax
@@ -108,7 +108,7 @@ class _TokenLogprobs(torch.autograd.Function):
         logp = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
         for start in range(0, flat.shape[0], block):
             rows = slice(start, start + block)
-            full = _TokenLogprobs._log_softmax(flat[rows], temperature, log=True)
+            full = _TokenLogprobs._normalised(flat[rows], temperature, log=True)
             logp[rows] = full.gather(-1, chosen[rows]).squeeze(-1)
         ctx.save_for_backward(logits, targets)
         ctx.temperature, ctx.block = temperature, block
@@ -125,7 +125,7 @@ class _TokenLogprobs(torch.autograd.Function):
         for start in range(0, flat.shape[0], block):
             rows = slice(start, start + block)
             # d/dx [log softmax(x)_t] = onehot(t) - softmax(x), x = logits / T
-            step = _TokenLogprobs._log_softmax(flat[rows], temperature, log=False).mul_(-g[rows])
+            step = _TokenLogprobs._normalised(flat[rows], temperature, log=False).mul_(-g[rows])
             step.scatter_add_(-1, chosen[rows], g[rows])
             out[rows] = step.div_(temperature) if temperature != 1.0 else step
         return out.view_as(logits), None, None, None

@@ -5,8 +5,8 @@ the token plane's commands) turns the model's logits (positions x vocabulary) in
 ``log_softmax(logits / T)[target]`` and back-propagates through it. Written out
 (``log_softmax(logits.float()).gather(...)``, as rlid did before
 :func:`baselines.engine.token_logprobs`) that keeps a float32 copy of every logit and
-its log-softmax until the backward pass; in blocks only the chosen entries and one
-normaliser per position are kept. Both run here side by side on the same random
+its log-softmax until the backward pass; in blocks only the chosen entries are kept
+(the backward pass recomputes each block's softmax from the logits). Both run here side by side on the same random
 logits, forward and backward, for each ``--dtype``: the peak bytes of tensors alive
 during the call above the logits themselves (CUDA allocator peak on a GPU; on the CPU
 the torch profiler's allocation events, as ``benchmarks/large_menus.py``), the time
@@ -40,13 +40,9 @@ def written_out(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
-def in_blocks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return token_logprobs(logits, targets)
-
-
 METHODS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "written out": written_out,
-    "in blocks": in_blocks,
+    "in blocks": token_logprobs,
 }
 
 
