@@ -40,8 +40,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rlid.readout import capture_final_hidden, left_pad_ids
-from rlid.tree_readout import cache_kwarg, returned_cache
+from rlid.lm.readout import capture_final_hidden, left_pad_ids
+from rlid.lm.tree_readout import cache_kwarg, returned_cache
 
 Ragged = list[list[int]]
 

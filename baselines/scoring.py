@@ -3,9 +3,9 @@
 Source: Tan et al. 2024, "True Knowledge Comes from Practice: Aligning LLMs with
 Embodied Environments via Reinforcement Learning" (TWOSOME, arXiv:2401.14151).
 For each legal action ``a`` the completion ``prefix + a + "\\n"``
-(``menus.command_completion``: exactly what the token plane would write) is
+(``rlid.menus.command_completion``: exactly what the token plane would write) is
 scored after the token-plane prompt, tokenised together with it (its tokens as
-they appear in the text, ``menus.tokens.continuation_ids``); its log-likelihood is normalised
+they appear in the text, ``rlid.menus.tokens.continuation_ids``); its log-likelihood is normalised
 
 * ``sum``   — Σ_t log π(y_t | s, y_<t) (the plain sequence likelihood);
 * ``token`` — the sum divided by the completion's token count;
@@ -26,8 +26,8 @@ with the completions packed side by side), so a prompt of P tokens with K comple
 of C tokens costs P + K·C positions, not K·(P + C); ``tokens_processed`` counts the
 positions actually run, so the price stays visible in the budget (docs/design.md §8).
 
-:class:`ScoringPolicy` has the interface of :class:`rlid.policy.DecisionPolicy`
-(``act`` -> :class:`rlid.policy.Decision`, ``score``, ``max_menu_size``,
+:class:`ScoringPolicy` has the interface of :class:`rlid.decision.policy.DecisionPolicy`
+(``act`` -> :class:`rlid.decision.policy.Decision`, ``score``, ``max_menu_size``,
 ``value_head``), so decision-level PPO trains it unchanged::
 
     train(config, out, make_policy=partial(ScoringPolicy, norm="token"))
@@ -43,30 +43,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from baselines.config import ScoringConfig
-from baselines.engine import (
+from rlid.baselines.engine import (
     SHARED_COPIES,
     completion_logprobs,
     packs_completions,
     shared_prompt_logprobs,
 )
-from menus import Interface, command_completion, command_context, compile_menu
-from menus.prompt import render_token_prompt
-from menus.tokens import continuation_ids
-from rlid.budget import Budget, Timers
-from rlid.models import CausalLM
-from rlid.names import ScoreNorm
-from rlid.optim import chunks
-from rlid.policy import (
-    Decision,
-    ValueHead,
-    decision_temperatures,
-    draw_rows,
-    drawn_numbers,
-    fit_to_context,
-    join_chunks,
-)
-from rlid.readout import context_limit
+from rlid.config.budget import Budget, Timers
+from rlid.config.names import ScoreNorm
+from rlid.config.planes import ScoringConfig
+from rlid.core.acting import draw_rows, drawn_numbers, fit_to_context, join_chunks
+from rlid.core.records import Decision, ValueHead, decision_temperatures
+from rlid.lm.models import CausalLM
+from rlid.lm.optim import chunks
+from rlid.lm.readout import context_limit
+from rlid.menus import Interface, command_completion, command_context, compile_menu
+from rlid.menus.prompt import render_token_prompt
+from rlid.menus.tokens import continuation_ids
 
 Norm = ScoreNorm
 
@@ -97,14 +90,14 @@ class ScoringPolicy:
         micro_batch_size: most decisions (with all their actions) per rollout forward
             (None: all at once); the update is chunked by the trainer.
         share_prompt: run each prompt once and its K completions on its KV cache
-            (:func:`baselines.engine.shared_prompt_logprobs`; the same numbers up to
+            (:func:`rlid.baselines.engine.shared_prompt_logprobs`; the same numbers up to
             float rounding); False runs one prompt + completion sequence per action.
         copies: with ``share_prompt``, the most copies of a prompt's cache (default
-            ``baselines.engine.SHARED_COPIES``, 64): larger menus pack their
+            ``rlid.baselines.engine.SHARED_COPIES``, 64): larger menus pack their
             completions side by side (same numbers up to float rounding).
         engine: a rollout engine with ``score`` (:class:`rlid.engines.VLLMEngine`) that
             scores :meth:`act`'s completions instead of the model, as
-            :class:`rlid.policy.DecisionPolicy`'s ``engine`` reads its labels (μ in
+            :class:`rlid.decision.policy.DecisionPolicy`'s ``engine`` reads its labels (μ in
             ``extra["logp_rollout"]`` / ``["logp_rollout_rows"]``, π_old re-scored by
             the trainer); :meth:`score` always uses the model.
     """
@@ -151,7 +144,7 @@ class ScoringPolicy:
     # ------------------------------------------------------------------ acting
     def completion_ids(self, prompt: str, actions: list[str]) -> tuple[list[int], list[list[int]]]:
         """Ids of ``prompt`` and of what the token plane writes after it for each action
-        (``" go east\\n"``), tokenised in the text (``menus.tokens.continuation_ids``)."""
+        (``" go east\\n"``), tokenised in the text (``rlid.menus.tokens.continuation_ids``)."""
         texts = [command_completion(a, self.command_prefix) for a in actions]
         return continuation_ids(self.tokenizer, prompt, texts)
 
@@ -380,7 +373,7 @@ def scoring_policy(
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     engine: Any = None,
 ) -> ScoringPolicy:
-    """The scoring plane's acting policy for ``config`` around ``model`` (``rlid.planes``);
+    """The scoring plane's acting policy for ``config`` around ``model`` (``rlid.config.registry``);
     ``engine``: a rollout engine that scores its rollouts (:class:`ScoringPolicy`)."""
     return ScoringPolicy(
         model, tokenizer, config.interface, norm=config.norm, value_head=value_head,

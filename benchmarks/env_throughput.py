@@ -16,7 +16,7 @@ difference as far as possible.
 
 With ``--env-workers N`` a second table follows: a batch of ``--batch`` envs (default
 N) stepped in lockstep in this process and in N worker processes
-(``rlid.env_workers``), side by side (alternating rounds, medians), in env steps per
+(``rlid.core.env_workers``), side by side (alternating rounds, medians), in env steps per
 second: where env steps are slow (ScienceWorld, JVM-backed) workers should pay.
 
     python benchmarks/env_throughput.py [--steps 300] [--rounds 3] [--only tw-simple]
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-import envs
+from rlid import envs
 
 SMALL_OPTIONS: dict[str, dict[str, Any]] = {
     "tw-simple": {"rewards": "dense", "goal": "brief"},
@@ -135,7 +135,7 @@ def batched_steps_per_second(
 ) -> float:
     """Env steps per second of ``count`` envs stepped in lockstep through random games,
     in this process (``workers=0``) or in ``workers`` worker processes; resets untimed."""
-    from rlid.env_workers import InProcessEnvs, WorkerEnvs
+    from rlid.core.env_workers import InProcessEnvs, WorkerEnvs
 
     pool: Any = (
         WorkerEnvs(env_id, options, count, workers)

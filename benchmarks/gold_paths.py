@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-import envs
-from envs.scienceworld.tasks import TASKS
+from rlid import envs
+from rlid.envs.scienceworld.tasks import TASKS
 
 
 def play(env: Any, info: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
@@ -77,7 +77,7 @@ def scienceworld_rows(tasks: list[str], games: int, simplifications: str) -> Non
 
 
 def twx_rows(games: int) -> None:
-    from envs.twx.specs import GAMES
+    from rlid.envs.twx.specs import GAMES
 
     print("| env id | won | walkthrough steps (mean, max) | legal actions mean (max) |")
     print("|---|---|---|---|")

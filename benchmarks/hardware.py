@@ -4,7 +4,7 @@
    stepped in this process (``env_workers=0``) vs in worker processes
    (``env_workers=W``), same games, same random actions.
 2. Update: label readout + decision-PPO loss + backward + AdamW step on a random
-   28.5M-parameter model (``rlid.models`` "large" preset) or a local model directory
+   28.5M-parameter model (``rlid.lm.models`` "large" preset) or a local model directory
    (``--model PATH``, e.g. a random model of a real shape from
    ``benchmarks/random_model.py``), time and peak memory, in float32, bf16 autocast
    (float32 master weights), and bf16 autocast with gradient checkpointing. Peak
@@ -29,21 +29,21 @@ from typing import Any
 import numpy as np
 import torch
 
-import envs
+from rlid import envs
 from rlid.config import TrainConfig
-from rlid.env_workers import InProcessEnvs, WorkerEnvs
-from rlid.hardware import (
+from rlid.core.env_workers import InProcessEnvs, WorkerEnvs
+from rlid.core.loop import RunContext
+from rlid.core.train import DecisionBatch, ppo_update
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.hardware import (
     Precision,
     enable_gradient_checkpointing,
     resolve_device,
 )
-from rlid.loop import RunContext
-from rlid.models import build_model_from_config, model_config
-from rlid.optim import Stepper
-from rlid.policy import DecisionPolicy
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer
-from rlid.trainer import DecisionBatch, ppo_update
+from rlid.lm.models import build_model_from_config, model_config
+from rlid.lm.optim import Stepper
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 
 def _sibling(name: str) -> Any:

@@ -1,7 +1,7 @@
 """Benchmark: a ScienceWorld JVM's resident memory with and without rlid's heap options.
 
 A JVM left to its defaults may commit up to a quarter of the machine's memory for its
-heap and keeps what it committed; ``envs.jvm.HEAP_OPTIONS`` ask G1 for a collection at
+heap and keeps what it committed; ``rlid.envs.jvm.HEAP_OPTIONS`` ask G1 for a collection at
 least every minute and to keep at most 30% of the heap free, so a JVM that has been
 busy gives memory back while it waits (a training run's JVM waits through every
 update). For each variant, in turn (each in a JVM of its own): ``--envs`` envs of one
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-import envs
-from envs.jvm import HEAP_OPTIONS, SCIENCEWORLD
+from rlid import envs
+from rlid.envs.jvm import HEAP_OPTIONS, SCIENCEWORLD
 
 
 def resident_mib(pid: int) -> float:

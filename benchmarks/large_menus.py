@@ -3,14 +3,14 @@
 For each state the same model decides three ways, interleaved per repetition so that
 load on a shared machine hits them alike:
 
-* ``readout``  -- the decision plane (``rlid.policy.DecisionPolicy.act``): a label tree
+* ``readout``  -- the decision plane (``rlid.decision.policy.DecisionPolicy.act``): a label tree
   when K exceeds the label alphabet, one forward for level 1 and one forward per further
-  level on the KV cache of the levels before (``rlid.tree_walk``). The sampling seed is
+  level on the KV cache of the levels before (``rlid.decision.tree_walk``). The sampling seed is
   chosen so that the path goes down the whole tree (``levels`` = the tree's depth): the
   most a decision over that state costs;
-* ``scoring``  -- TWOSOME-style action scoring (``baselines.scoring.ScoringPolicy.act``,
+* ``scoring``  -- TWOSOME-style action scoring (``rlid.baselines.scoring.ScoringPolicy.act``,
   KV-shared: the prompt runs once, its K continuations on its cache);
-* ``generate`` -- the token plane (``baselines.token_policy.TokenPolicy.act``): the
+* ``generate`` -- the token plane (``rlid.baselines.token.policy.TokenPolicy.act``): the
   command written token by token (KV-cached decoding) up to ``--max-new-tokens``.
 
 and, for the two menu planes, the update's re-scoring of the stored decision with
@@ -31,7 +31,7 @@ Times are minima over ``--reps`` (milliseconds per decision). Memory: peak bytes
 tensors alive during one call above those alive before it (the CUDA allocator's peak on
 a GPU; on the CPU the torch profiler's allocation events, as ``benchmarks/readout.py``),
 measured in an untimed first pass. Scoring's KV-shared path repeats the prompt's cache
-(once per legal action up to ``baselines.engine.SHARED_COPIES`` actions, at most that
+(once per legal action up to ``rlid.baselines.engine.SHARED_COPIES`` actions, at most that
 many times above: larger menus are packed side by side) and keeps every continuation's
 logits over the vocabulary; a
 state whose estimate of that (:func:`scoring_bytes`) exceeds ``--scoring-memory-gb`` is
@@ -58,15 +58,15 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import envs
-from baselines.engine import LOGPROB_BLOCK, SHARED_COPIES
-from baselines.scoring import ScoringPolicy
-from baselines.token_policy import TokenPolicy
-from menus import Interface
-from menus.tokens import encode
-from rlid.hardware import resolve_device
-from rlid.policy import DecisionPolicy
-from rlid.starts import load_policy_model
+from rlid import envs
+from rlid.baselines.engine import LOGPROB_BLOCK, SHARED_COPIES
+from rlid.baselines.scoring import ScoringPolicy
+from rlid.baselines.token.policy import TokenPolicy
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.hardware import resolve_device
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
+from rlid.menus.tokens import encode
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "scienceworld_states.json"
 LAB_SIZES = {10: (1, 1), 50: (4, 3), 100: (8, 4), 200: (12, 6), 400: (20, 8)}  # K: lab options
@@ -132,7 +132,7 @@ def scoring_bytes(model: Any, k: int, prompt: int, continuation: int) -> int:
     """About the peak bytes of KV-shared scoring of one state: the prompt's cache
     repeated min(``k``, SHARED_COPIES) times, the ``k`` actions' ``continuation``
     positions' logits over the vocabulary in the model's dtype, and one float32 block
-    of them normalised at a time (:func:`baselines.engine.token_logprobs`)."""
+    of them normalised at a time (:func:`rlid.baselines.engine.token_logprobs`)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     dtype_bytes = next(model.parameters()).element_size()
     cache = min(k, SHARED_COPIES) * prompt * kv_bytes_per_token(model)

@@ -4,7 +4,7 @@ Every plane that reads a completion token by token (action scoring's continuatio
 the token plane's commands) turns the model's logits (positions x vocabulary) into
 ``log_softmax(logits / T)[target]`` and back-propagates through it. Written out
 (``log_softmax(logits.float()).gather(...)``, as rlid did before
-:func:`baselines.engine.token_logprobs`) that keeps a float32 copy of every logit and
+:func:`rlid.baselines.engine.token_logprobs`) that keeps a float32 copy of every logit and
 its log-softmax until the backward pass; in blocks only the chosen entries are kept
 (the backward pass recomputes each block's softmax from the logits). Both run here side by side on the same random
 logits, forward and backward, for each ``--dtype``: the peak bytes of tensors alive
@@ -31,8 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from baselines.engine import token_logprobs  # noqa: E402
-from rlid.hardware import resolve_device  # noqa: E402
+from rlid.baselines.engine import token_logprobs  # noqa: E402
+from rlid.lm.hardware import resolve_device  # noqa: E402
 
 
 def written_out(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

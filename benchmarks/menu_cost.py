@@ -1,6 +1,6 @@
 """Benchmark: where a decision-plane step's time goes, the menu (host) or the model.
 
-The decision plane (``rlid.policy.DecisionPolicy``) plays episodes of one env as a
+The decision plane (``rlid.decision.policy.DecisionPolicy``) plays episodes of one env as a
 training rollout does (sampled, the env's memory), and each decision's time is split,
 side by side in the same calls, into
 
@@ -8,7 +8,7 @@ side by side in the same calls, into
   the prompt, and fitting it to the model's context (measuring each tree's longest
   path, shortening the prompt, refitting the tree: ``DecisionPolicy.act_on_trees``);
 * ``forward`` -- the model: level 1's forward and one forward per further level on the
-  KV cache (``rlid.tree_walk.walk_trees``).
+  KV cache (``rlid.decision.tree_walk.walk_trees``).
 
 Rows are buckets of the state's legal-action count; ``menu / forward`` is the ratio of
 the two. On a large-menu benchmark (ScienceWorld: hundreds to a thousand legal actions
@@ -27,12 +27,12 @@ import time
 import numpy as np
 import torch
 
-import envs
-from envs.registry import parse_option_strings
-from menus import Interface
-from rlid.policy import DecisionPolicy
-from rlid.rollout import Sampling, collect_episodes
-from rlid.starts import load_policy_model
+from rlid import envs
+from rlid.core.rollout import Sampling, collect_episodes
+from rlid.decision.policy import DecisionPolicy
+from rlid.envs.registry import parse_option_strings
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 
 BUCKETS = (1, 63, 200, 500, 1000)  # legal actions: one label menu (62 labels), then trees
 

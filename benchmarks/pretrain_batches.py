@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from rlid.models import build_tiny_model
-from rlid.pretrain import PretrainConfig, training_sequences
-from rlid.pretrain.lm import batch_backward, length_pieces
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_tiny_model
+from rlid.lm.pretrain import PretrainConfig, training_sequences
+from rlid.lm.pretrain.lm import batch_backward, length_pieces
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 
 def main() -> None:

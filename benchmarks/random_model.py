@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
+from rlid.lm.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
 
 # the published configs' shapes (hidden sizes, layers, heads, vocabulary), and a tiny
 # one with Qwen2's vocabulary for checking scripts on a CPU (gpu_check.sh's dry run)

@@ -5,7 +5,7 @@ synthetic text-game decisions (menus of K = 4, 8, 16, 32 rows, ``--batch``
 decisions per call), interleaving the methods within each repetition so that
 load on a shared machine hits them alike:
 
-* ``readout``  -- :func:`rlid.readout.readout_from_ids`: one forward of the
+* ``readout``  -- :func:`rlid.lm.readout.readout_from_ids`: one forward of the
   labelled prompt (ending ``Answer:``), logits for the last position only,
   log-softmax over the K label tokens. Goal (a): <= 1.05x a plain forward.
 * ``plain``    -- ``model(input_ids, attention_mask, position_ids).logits[:, -1]``:
@@ -17,7 +17,7 @@ load on a shared machine hits them alike:
   >= 0.8*K times slower than the readout.
 * ``twosome_kv`` -- the same scores with the prompt's KV cache computed once
   per decision and shared by its K commands
-  (:func:`baselines.engine.shared_prompt_logprobs`, what the scoring plane runs
+  (:func:`rlid.baselines.engine.shared_prompt_logprobs`, what the scoring plane runs
   by default; no goal, shown so that the (b) ratio is not read as the cost of
   action scoring at its best).
 * ``generate`` -- ``model.generate`` on the ``Command:`` prompt, greedy, up to
@@ -64,12 +64,12 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from baselines.engine import shared_prompt_logprobs
-from rlid.hardware import resolve_device
-from rlid.models import build_model_from_config, model_config
-from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.baselines.engine import shared_prompt_logprobs
+from rlid.lm.hardware import resolve_device
+from rlid.lm.models import build_model_from_config, model_config
+from rlid.lm.readout import left_pad_ids, pad_label_ids, readout_from_ids
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 METHODS = ("readout", "plain", "twosome", "twosome_kv", "generate")
 LABELS = list(string.ascii_uppercase + string.ascii_lowercase)

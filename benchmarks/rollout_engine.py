@@ -2,15 +2,15 @@
 
 One run times, on the same weights and the same inputs, the three planes' rollout work:
 
-* ``readout``  -- decision readouts per second: :func:`rlid.readout.readout_from_ids`
+* ``readout``  -- decision readouts per second: :func:`rlid.lm.readout.readout_from_ids`
   (one batched, left-padded forward) vs :meth:`rlid.engines.VLLMEngine.readout`
   (one prefill per prompt, label log-probs). Menus of ``--menu-sizes`` rows, batches of
   ``--batches`` decisions in groups of ``--group`` that share their prompt up to the
   menu (a GRPO group's first state: same observation, each its own menu shuffle).
 * ``score``    -- TWOSOME action scoring, decisions per second: every row's command
-  scored after the prompt (:func:`baselines.engine.shared_prompt_logprobs`, the
+  scored after the prompt (:func:`rlid.baselines.engine.shared_prompt_logprobs`, the
   prompt's KV cache shared by its K commands) vs :meth:`VLLMEngine.score`.
-* ``generate`` -- generated tokens per second: ``baselines.engine.TrainerEngine``
+* ``generate`` -- generated tokens per second: ``rlid.baselines.engine.TrainerEngine``
   (token-by-token decoding with a KV cache) vs :meth:`VLLMEngine.generate`, sampling
   ``--new-tokens`` tokens per prompt with no stop token.
 
@@ -46,12 +46,12 @@ from typing import Any
 
 import torch
 
-from baselines.engine import TrainerEngine, completion_logprobs, shared_prompt_logprobs
+from rlid.baselines.engine import TrainerEngine, completion_logprobs, shared_prompt_logprobs
 from rlid.engines import VLLMEngine, VLLMOptions, decision_probe
-from rlid.models import build_model_from_config, model_config
-from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_model_from_config, model_config
+from rlid.lm.readout import left_pad_ids, pad_label_ids, readout_from_ids
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 LABELS = [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [
     chr(c) for c in range(ord("a"), ord("z") + 1)

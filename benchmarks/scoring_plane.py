@@ -2,7 +2,7 @@
 
 Real decisions of one env (states reached by random play on its training games,
 the suite's token-plane prompt, every legal action scored): the same
-:class:`baselines.scoring.ScoringPolicy` with ``share_prompt=True`` (the default:
+:class:`rlid.baselines.scoring.ScoringPolicy` with ``share_prompt=True`` (the default:
 each prompt run once, its K completions on its KV cache) and ``share_prompt=False``
 (K sequences of prompt + completion), interleaved per repetition so that load on a
 shared machine hits both alike. Two calls are timed, each over ``--batch``
@@ -19,7 +19,7 @@ default shared path (the prompt's cache copied at most 64 times, the completions
 packed side by side) with one cache copy per action (``copies`` unbounded), as the
 shared path ran before packing. ``--against even-rows`` compares the default packing
 (rows as wide as the widest menu's, each menu on as few of them as its tokens need:
-``baselines.engine.pack_rows``) with every menu split over min(K, 64) rows, as packing
+``rlid.baselines.engine.pack_rows``) with every menu split over min(K, 64) rows, as packing
 ran before: in a batch of mixed menu sizes the small menus' rows were mostly padding.
 
     python benchmarks/scoring_plane.py --env "tw-cooking[recipe=1,take=1,go=1]" --states 8
@@ -45,12 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
-import baselines.engine
-import envs
-from baselines.scoring import ScoringPolicy
+import rlid.baselines.engine
+from rlid import envs
+from rlid.baselines.scoring import ScoringPolicy
 from rlid.config import TrainConfig
-from rlid.pretrain import parse_env_entry
-from rlid.starts import load_policy_model
+from rlid.lm.pretrain import parse_env_entry
+from rlid.lm.starts import load_policy_model
 
 
 def collect_states(env_entry: str, count: int, seed: int) -> tuple[list[str], list[dict[str, Any]]]:
@@ -89,7 +89,7 @@ def file_states(path: str, min_actions: int) -> tuple[list[str], list[dict[str, 
 def even_rows(
     counts: Sequence[int], sizes: Sequence[int], copies: int
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The packed rows as laid out before ``baselines.engine.pack_rows``: every menu of
+    """The packed rows as laid out before ``rlid.baselines.engine.pack_rows``: every menu of
     K completions split into rows of ceil(K / ``copies``) completions each, whatever the
     other menus of the batch (all rows are as wide as the widest)."""
     owners: list[int] = []
@@ -113,13 +113,13 @@ def even_rows(
 
 @contextmanager
 def even_rows_layout() -> Iterator[None]:
-    """``baselines.engine`` packing with :func:`even_rows` inside the block."""
-    default: Callable[..., Any] = baselines.engine.pack_rows
-    baselines.engine.pack_rows = even_rows  # type: ignore[assignment]
+    """``rlid.baselines.engine`` packing with :func:`even_rows` inside the block."""
+    default: Callable[..., Any] = rlid.baselines.engine.pack_rows
+    rlid.baselines.engine.pack_rows = even_rows  # type: ignore[assignment]
     try:
         yield
     finally:
-        baselines.engine.pack_rows = default  # type: ignore[assignment]
+        rlid.baselines.engine.pack_rows = default  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> None:

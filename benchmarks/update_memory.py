@@ -2,7 +2,7 @@
 
 A minibatch of real ScienceWorld decisions (the recorded states of at least
 ``--min-actions`` legal actions, cycled to ``--batch`` decisions, every legal action
-scored) goes through one :func:`rlid.trainer.ppo_update` step as a run takes it: all
+scored) goes through one :func:`rlid.core.train.ppo_update` step as a run takes it: all
 at once (``micro_batch_tokens`` unset, the default) and cut by ``--tokens`` token
 positions (the policy's ``update_tokens``: its prompt cache's copies and every
 action's tokens). Each variant runs in a fresh process, so its peak resident memory
@@ -34,12 +34,12 @@ def run_variant(args: argparse.Namespace, tokens: int | None, out: Path) -> None
     """One update step in this process; writes its numbers and parameters to ``out``."""
     from scoring_plane import file_states
 
-    from baselines.config import ScoringConfig
-    from baselines.scoring import ScoringPolicy
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
-    from rlid.starts import load_policy_model
-    from rlid.trainer import DecisionBatch, micro_parts, ppo_update
+    from rlid.baselines.scoring import ScoringPolicy
+    from rlid.config.planes import ScoringConfig
+    from rlid.core.loop import RunContext
+    from rlid.core.train import DecisionBatch, micro_parts, ppo_update
+    from rlid.lm.optim import Stepper
+    from rlid.lm.starts import load_policy_model
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_policy_model(args.model)

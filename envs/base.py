@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
-from envs.registry import SPLIT_OFFSETS
+from rlid.envs.registry import SPLIT_OFFSETS
 
 # Printable ASCII plus newline/tab: every observation is sanitised to this set so
 # that ``observation_space.contains(obs)`` always holds.
@@ -209,7 +209,7 @@ def split_game_seed(np_random, *, split: str, game_seed: int | None, num_games: 
 
     ``game_seed`` (an index inside the split) pins one game; otherwise one of the
     split's first ``num_games`` games is drawn with the env's seeded RNG. Train and
-    held-out splits are disjoint seed ranges (``envs.registry.SPLIT_OFFSETS``).
+    held-out splits are disjoint seed ranges (``rlid.envs.registry.SPLIT_OFFSETS``).
     """
     index = int(np_random.integers(num_games)) if game_seed is None else int(game_seed)
     return SPLIT_OFFSETS[split] + index

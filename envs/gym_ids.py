@@ -6,8 +6,8 @@
     'rlid/KeyDoor-v0'
     >>> vec = gymnasium.make_vec("rlid/KeyDoor-v0", num_envs=2, vectorization_mode="sync")
 
-``gymnasium.make("envs:rlid/KeyDoor-v0")`` imports this package first. Options are
-those of ``rlid envs ENV_ID`` and are validated the same way; ``envs.make(env_id,
+``gymnasium.make("rlid.envs:rlid/KeyDoor-v0")`` imports this package first. Options are
+those of ``rlid envs ENV_ID`` and are validated the same way; ``rlid.envs.make(env_id,
 **options)`` stays the short form. Gymnasium itself takes ``max_episode_steps`` (it
 then adds its ``TimeLimit`` wrapper on top of the env's own limit of the same name,
 default 50) and ``render_mode`` (``None`` or ``"ansi"``).
@@ -62,7 +62,7 @@ def register_gym(env_id: str, doc: str = "") -> str:
     if gid not in gymnasium.registry:
         gymnasium.register(
             id=gid,
-            entry_point="envs.registry:make_gym",
+            entry_point="rlid.envs.registry:make_gym",
             kwargs={"env_id": env_id},
             disable_env_checker=False,
         )

@@ -17,7 +17,7 @@ No Java process outlives its Python process:
 * :meth:`JavaEngine.close` closes the pipe, then terminates and kills if needed; an
   ``atexit`` hook closes what is still open on a normal exit.
 
-Env worker processes (``rlid.env_workers``, ``spawn``) each start their own engine. A
+Env worker processes (``rlid.core.env_workers``, ``spawn``) each start their own engine. A
 ``fork`` ed child never uses or closes its parent's engine; it starts its own (but it
 holds the parent's pipe open until it exits, so prefer ``spawn``).
 

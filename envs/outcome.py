@@ -5,10 +5,10 @@ Every env writes the predicted outcome of a legal action into its afterstate tex
 
 * built-in games: trailing notes, ``"the fish will be sliced (+1 point)"``,
   ``"you will be in the garden (+1 point, you win)"``, ``"... (you lose)"``
-  (:func:`envs.builtin.common.describe_outcome`);
+  (:func:`rlid.envs.builtin.common.describe_outcome`);
 * TextWorld: ``"; "``-joined clauses, ``"you will carry the onion; this scores a
   point"``, ``"this scores 2 points"``, ``"this wins the game"``, ``"this loses the
-  game"`` (:func:`envs.textworld.afterstate.describe_outcome`). A command that stands
+  game"`` (:func:`rlid.envs.textworld.afterstate.describe_outcome`). A command that stands
   for several game actions reads ``"either A, or B (2 game actions share this
   command)"``; its marks are those of any alternative (points: the largest).
 

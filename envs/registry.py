@@ -1,7 +1,7 @@
 """Env ids, their documented options, and validation of user-given option values.
 
 Every env id is registered with an :class:`EnvSpec`: a factory plus a table of
-:class:`Option` s. ``envs.make(env_id, **options)`` validates every option (name,
+:class:`Option` s. ``rlid.envs.make(env_id, **options)`` validates every option (name,
 type, range/choices) *before* the factory runs, so a typo fails with a message
 that names the option and what is allowed.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.gym_ids import gym_id, register_gym
+from rlid.envs.gym_ids import gym_id, register_gym
 
 # Train / held-out games are disjoint seed ranges: game i of a split has seed
 # SPLIT_OFFSETS[split] + i.
@@ -136,7 +136,7 @@ _REGISTRY: dict[str, EnvSpec] = {}
 
 
 def register(spec: EnvSpec) -> None:
-    """Register an env id, for ``envs.make`` and as a Gymnasium id (``envs.gym_ids``)."""
+    """Register an env id, for ``rlid.envs.make`` and as a Gymnasium id (``rlid.envs.gym_ids``)."""
     if spec.env_id in _REGISTRY:
         raise ValueError(f"env id {spec.env_id!r} is already registered")
     _REGISTRY[spec.env_id] = spec
@@ -181,7 +181,7 @@ def parse_option_strings(pairs: list[str]) -> dict[str, str]:
 
 
 def make_gym(env_id: str, render_mode: str | None = None, **options: Any) -> Any:
-    """Gymnasium entry point: ``envs.make(env_id, **options)`` with Gymnasium's render_mode."""
+    """Gymnasium entry point: ``rlid.envs.make(env_id, **options)`` with Gymnasium's render_mode."""
     if render_mode not in (None, "ansi"):
         raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
     env = make(env_id, **options)

@@ -23,7 +23,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from rlid.card import wilson_interval
+from rlid.agents.card import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_ENVS = ("scienceworld",)

@@ -12,8 +12,8 @@ This package never imports torch; tokenizers are passed in.
 
 from __future__ import annotations
 
-from menus.interface import TEMPLATES, Interface, MemoryKind, Template
-from menus.labels import (
+from rlid.menus.interface import TEMPLATES, Interface, MemoryKind, Template
+from rlid.menus.labels import (
     AUTO_ALPHABET,
     DEFAULT_CONTEXT,
     DEFAULT_PREFIX,
@@ -22,7 +22,7 @@ from menus.labels import (
     label_token,
     parse_alphabet,
 )
-from menus.memory import (
+from rlid.menus.memory import (
     MAX_MEMORY_CHARS,
     MEMORY_PROVIDERS,
     LastKMemory,
@@ -31,8 +31,8 @@ from menus.memory import (
     StructuredMemory,
     make_memory,
 )
-from menus.menu import OVERFLOW_POLICIES, Menu, MenuRow, Overflow, compile_menu
-from menus.prompt import (
+from rlid.menus.menu import OVERFLOW_POLICIES, Menu, MenuRow, Overflow, compile_menu
+from rlid.menus.prompt import (
     ACTIONS_HEADER,
     ANSWER_CUE,
     COMMAND_CUE,

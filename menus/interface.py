@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from menus.labels import parse_alphabet
-from menus.memory import MEMORY_PROVIDERS
-from menus.menu import OVERFLOW_POLICIES
-from menus.tree import GROUPINGS
+from rlid.menus.labels import parse_alphabet
+from rlid.menus.memory import MEMORY_PROVIDERS
+from rlid.menus.menu import OVERFLOW_POLICIES
+from rlid.menus.tree import GROUPINGS
 
 MemoryKind = Literal["none", "last_k", "structured"]
 Template = Literal["auto", "plain", "chat"]
@@ -40,13 +40,13 @@ class Interface:
     objective: bool = True
     """Show the game objective (``"Goal: ..."``)."""
     memory: MemoryKind = "last_k"
-    """Memory provider kind (``menus.memory.MEMORY_PROVIDERS``); ``"none"`` hides the field."""
+    """Memory provider kind (``rlid.menus.memory.MEMORY_PROVIDERS``); ``"none"`` hides the field."""
     memory_size: int = 3
     """Items the memory keeps: transitions for ``last_k``, places/failures for ``structured``."""
     afterstates: bool = True
     """Show each row's predicted afterstate in the decision-plane menu (``"-> ..."``)."""
     labels: str = "A-Z"
-    """Candidate label alphabet spec (``menus.labels.parse_alphabet``): ``"A-Z"``, ``"auto"``, ..."""
+    """Candidate label alphabet spec (``rlid.menus.labels.parse_alphabet``): ``"A-Z"``, ``"auto"``, ..."""
     shuffle: bool = True
     """Shuffle menu rows every step (against label-position bias); the permutation is kept."""
     template: Template = "auto"

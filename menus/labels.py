@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from menus.tokens import encode_prompt
+from rlid.menus.tokens import encode_prompt
 
 AUTO_ALPHABET = "A-Za-z0-9"
 DEFAULT_CONTEXT = "Answer:"
@@ -100,7 +100,7 @@ def label_token(tokenizer: Any, label: str, context: str, prefix: str) -> tuple[
     """``(token_id, problem)``: the label's single token id in context, or ``None``
     and why not. The label is valid iff
     ``encode(context + prefix + label) == encode(context) + [one token]``, both encoded
-    as prompts (``menus.tokens.encode_prompt``: with the tokenizer's BOS), so the id is
+    as prompts (``rlid.menus.tokens.encode_prompt``: with the tokenizer's BOS), so the id is
     the token the model reads after the context in the text.
     """
     context_ids = encode_prompt(tokenizer, context)
@@ -126,7 +126,7 @@ class LabelSet:
     token_ids: tuple[int, ...]
     """The single token id of each label, read as ``context + prefix + label``."""
     context: str = DEFAULT_CONTEXT
-    """The text the prompt ends with, right before the label token (see ``menus.prompt``)."""
+    """The text the prompt ends with, right before the label token (see ``rlid.menus.prompt``)."""
     prefix: str = DEFAULT_PREFIX
     """Text between the context and the label (``" "`` in the plain template, ``""`` in chat)."""
     rejected: tuple[tuple[str, str], ...] = field(default=(), compare=False)
@@ -167,7 +167,7 @@ class LabelSet:
         Args:
             tokenizer: any Hugging Face tokenizer (or raw ``tokenizers.Tokenizer``).
             candidates: an alphabet spec or explicit labels (module docstring).
-            context: text right before the label; use ``menus.prompt.label_context``
+            context: text right before the label; use ``rlid.menus.prompt.label_context``
                 so it matches the renderer.
             prefix: text between context and label.
             strict: raise :class:`LabelError` if any candidate is invalid, instead of

@@ -6,7 +6,7 @@ the rows are shuffled every step (so no action keeps a favourite label position)
 the permutation is stored, so a recorded decision can be re-scored exactly.
 
 Menus larger than the label alphabet are an explicit policy: ``overflow="tree"``
-makes a label tree of them (:mod:`menus.tree`; a flat menu cannot hold them, so
+makes a label tree of them (:mod:`rlid.menus.tree`; a flat menu cannot hold them, so
 ``compile_menu`` raises and says so), ``overflow="error"`` raises,
 ``overflow="truncate"`` keeps the first ``K`` rows (after shuffling) and records the
 others in :attr:`Menu.dropped`.
@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from menus.labels import LabelSet, parse_alphabet
-from menus.memory import MemoryProvider, one_line
+from rlid.menus.labels import LabelSet, parse_alphabet
+from rlid.menus.memory import MemoryProvider, one_line
 
 Overflow = Literal["tree", "error", "truncate"]
 OVERFLOW_POLICIES: tuple[str, ...] = ("tree", "error", "truncate")
@@ -212,7 +212,7 @@ def compile_menu(
         overflow: ``"error"`` (default) raises when there are more legal actions than
             labels; ``"truncate"`` keeps the first ``len(labels)`` rows after shuffling
             and records the rest in ``Menu.dropped``; ``"tree"`` also raises there,
-            naming :func:`menus.tree.build_label_tree`, which holds menus of any size.
+            naming :func:`rlid.menus.tree.build_label_tree`, which holds menus of any size.
     """
     legal = list(legal_actions)
     check_actions(legal)
@@ -242,7 +242,7 @@ def compile_menu(
         raise ValueError(
             f"menu has {len(legal)} legal actions but the label alphabet has only {capacity} "
             "labels: a flat menu cannot show them all; build a label tree "
-            "(menus.build_label_tree, or menus.menu_for_step with overflow='tree')"
+            "(rlid.menus.build_label_tree, or menus.menu_for_step with overflow='tree')"
         )
     if len(legal) > capacity and overflow == "error":
         raise ValueError(

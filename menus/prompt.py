@@ -28,7 +28,7 @@ itself writes before an assistant's words (``""`` for ChatML, ``" "`` for Llama-
 :func:`label_context` returns the ``(context, prefix)`` the renderer uses, so
 labels are validated exactly where they are read (:func:`label_set_for`).
 
-Prompts are complete text: encode them with ``menus.tokens.encode_prompt`` (the
+Prompts are complete text: encode them with ``rlid.menus.tokens.encode_prompt`` (the
 text's own tokens, plus the tokenizer's BOS unless a chat template already wrote it).
 """
 
@@ -39,11 +39,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from menus.interface import Interface
-from menus.labels import LabelSet, parse_alphabet
-from menus.memory import MemoryProvider, one_line, shorten
-from menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
-from menus.tree import LabelTree, build_tree_root
+from rlid.menus.interface import Interface
+from rlid.menus.labels import LabelSet, parse_alphabet
+from rlid.menus.memory import MemoryProvider, one_line, shorten
+from rlid.menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
+from rlid.menus.tree import LabelTree, build_tree_root
 
 # --- the strings every plane and the pretraining transcripts share -------------
 GOAL_FIELD = "Goal: "

@@ -16,7 +16,7 @@ Every plane encodes text through these helpers, so all of them see the same ids:
 
 Example::
 
-    >>> from rlid.tokenizer import build_tiny_tokenizer
+    >>> from rlid.lm.tokenizer import build_tiny_tokenizer
     >>> tok = build_tiny_tokenizer()
     >>> prompt_ids, [cont] = continuation_ids(tok, "Command:", [" look\\n"])
     >>> prompt_ids + cont == encode_prompt(tok, "Command: look\\n")

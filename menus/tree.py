@@ -24,7 +24,7 @@ stored shuffle:
   it); each menu's rows are then displayed in the order of the stored shuffle
   ``permutation`` (the rank of each row's first action), so every action keeps no
   favourite label position. With at most ``fanout`` actions the tree has one level
-  whose rows are exactly those of :func:`menus.menu.compile_menu` with the same
+  whose rows are exactly those of :func:`rlid.menus.menu.compile_menu` with the same
   permutation.
 
 Example::
@@ -50,8 +50,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from menus.labels import LabelSet
-from menus.menu import Menu, MenuRow, check_actions, label_strings_of
+from rlid.menus.labels import LabelSet
+from rlid.menus.menu import Menu, MenuRow, check_actions, label_strings_of
 
 Grouping = Literal["template", "blocks"]
 GROUPINGS: tuple[str, ...] = ("template", "blocks")

@@ -1,6 +1,6 @@
 """Prompt text of label trees: the menu of one step, and each later level's continuation.
 
-Level 1 of a tree is read exactly like a flat menu (``menus.prompt.render_decision_prompt``
+Level 1 of a tree is read exactly like a flat menu (``rlid.menus.prompt.render_decision_prompt``
 renders the tree's first menu). After the chosen label, a later level appends (plain
 template)::
 
@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from menus.interface import Interface
-from menus.labels import LabelSet
-from menus.memory import MemoryProvider
-from menus.menu import Menu, label_strings_of
-from menus.prompt import (
+from rlid.menus.interface import Interface
+from rlid.menus.labels import LabelSet
+from rlid.menus.memory import MemoryProvider
+from rlid.menus.menu import Menu, label_strings_of
+from rlid.menus.prompt import (
     ACTIONS_HEADER,
     ANSWER_CUE,
     _chat,
@@ -51,7 +51,7 @@ from menus.prompt import (
     menu_for_step,
     resolve_template,
 )
-from menus.tree import LabelTree, build_label_tree
+from rlid.menus.tree import LabelTree, build_label_tree
 
 CHOSEN_FIELD = "Chosen: "
 _USER_PLACEHOLDER = "RLID_PREVIOUS_MENU_PLACEHOLDER"

@@ -1,8 +1,8 @@
 """rlid: reinforcement learning of language agents in the decision plane.
 
-The decision plane: legal actions -> labelled menu (``menus``) -> one forward
-pass -> label-token log-probs (``rlid.readout``) -> decision-level PPO
-(``rlid.trainer``). The token plane lives in ``baselines``; the audit of the
+The decision plane: legal actions -> labelled menu (``rlid.menus``) -> one forward
+pass -> label-token log-probs (``rlid.lm.readout``) -> decision-level PPO
+(``rlid.core.train``). The token plane lives in ``rlid.baselines``; the audit of the
 marginalization variance identity in ``rlid.audit``.
 """
 

@@ -22,12 +22,12 @@ settings.load_profile("rlid")
 def _small_play_start_recipe():
     """``--model tiny-play`` builds its start on first use; in tests, from a tiny recipe.
 
-    A non-default recipe has its own cache directory (``rlid.starts.play_cache_dir``),
+    A non-default recipe has its own cache directory (``rlid.lm.starts.play_cache_dir``),
     so this never replaces a real random-play start in the user's cache. (``tiny``, the
     default, is the shipped start: nothing to build.)
     """
-    from rlid import start_files as starts
-    from rlid.pretrain import PretrainConfig
+    from rlid.lm import start_files as starts
+    from rlid.lm.pretrain import PretrainConfig
 
     saved = starts.PLAY_RECIPE
     starts.PLAY_RECIPE = PretrainConfig(
@@ -46,8 +46,8 @@ def _no_real_warm_start_builds():
     """No test builds a real warm start: the default start is shipped, and the tests of
     the build itself use a tiny recipe. A build of more than MAX_TEST_BUILD_STEPS
     optimizer steps, in this process, fails the test that asked for it."""
-    from rlid import starts
-    from rlid.pretrain import build
+    from rlid.lm import starts
+    from rlid.lm.pretrain import build
 
     real = build.pretrain
 
@@ -101,7 +101,7 @@ def interrupt_update(monkeypatch):
     """``interrupt_update(n)``: the n-th decision-plane ``ppo_update`` call from now on
     raises ``KeyboardInterrupt`` (a kill in the middle of that iteration);
     ``interrupt_update(0)``: the real update again."""
-    from rlid import trainer
+    from rlid.core import train as trainer
 
     real = trainer.ppo_update
 

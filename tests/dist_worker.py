@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from baselines import token_trainer
-from rlid import distributed, optim, trainer
+from rlid.baselines.token import train as token_trainer
 from rlid.config import TrainConfig
-from rlid.loop import run_training
+from rlid.core import train as trainer
+from rlid.core.loop import run_training
+from rlid.lm import distributed, optim
 from rlid.runs.stop import RunStopped
 
 
@@ -116,7 +117,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from rlid.distributed import exit_process, in_multi_process_run
+    from rlid.lm.distributed import exit_process, in_multi_process_run
 
     code = main()
     if in_multi_process_run():  # as `python -m rlid` ends one of several processes

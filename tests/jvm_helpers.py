@@ -18,12 +18,12 @@ import json, sys
 import numpy as np
 env_id, options, workers = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 if workers:
-    from rlid.env_workers import WorkerEnvs
+    from rlid.core.env_workers import WorkerEnvs
     envs_ = WorkerEnvs(env_id, options, count=workers, workers=workers)
 else:
-    import envs
-    from rlid.env_workers import InProcessEnvs
-    envs_ = InProcessEnvs([envs.make(env_id, **options)])
+    from rlid import envs
+    from rlid.core.env_workers import InProcessEnvs
+    envs_ = InProcessEnvs([rlid.envs.make(env_id, **options)])
 n = len(envs_)
 infos = [info for _, info in envs_.reset_many(list(range(n)), list(range(n)))]
 print("ready", flush=True)

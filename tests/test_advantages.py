@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from baselines.config import ScoringConfig, TokenConfig
-from rlid.advantages import (
+from rlid.config.planes import ScoringConfig, TokenConfig
+from rlid.core.advantages import (
     discounted_returns,
     gae,
     group_relative_advantages,
@@ -182,10 +182,10 @@ def test_group_relative_errors():
 
 # --------------------------------------------------------------------------- discounted group return
 def test_group_advantages_compare_discounted_returns_in_both_planes():
-    from baselines.token_trainer import token_advantages
-    from rlid.advantages import compute_advantages, episode_return
+    from rlid.baselines.token.train import token_advantages
     from rlid.config import TrainConfig
-    from rlid.rollout import Episode
+    from rlid.core.advantages import compute_advantages, episode_return
+    from rlid.core.rollout import Episode
 
     assert episode_return([0.0, 0.0, 1.0], 0.5) == pytest.approx(0.25)
     assert episode_return([1.0, 0.0, 1.0], 1.0) == pytest.approx(2.0)
@@ -216,9 +216,9 @@ def test_group_advantages_compare_discounted_returns_in_both_planes():
 def test_equal_episode_weights_give_each_episode_of_a_group_one_weight():
     """episode_weight='equal': A_i * mean_g(T) / T_i on each decision, so a group's
     decisions sum to zero; 'length' lets a long failure outweigh a short win."""
-    from rlid.advantages import compute_advantages, equal_episode_weights
     from rlid.config import TrainConfig
-    from rlid.rollout import Episode
+    from rlid.core.advantages import compute_advantages, equal_episode_weights
+    from rlid.core.rollout import Episode
 
     def episode(group, steps, won):
         e = Episode(group=group, reset_seed=group, decisions=[SimpleNamespace(valid=True)] * steps)
@@ -307,9 +307,9 @@ def test_step_group_advantages_compare_returns_to_go_of_one_state_within_a_group
     alone in its step group -> 0 (c's s0 is another game's state: never compared).
     Episode level: returns a 0.5, b 1 -> -0.25, +0.25 on each step; c, d 0.
     """
-    from rlid.advantages import compute_advantages, step_group_advantages
     from rlid.config import TrainConfig
-    from rlid.rollout import Episode
+    from rlid.core.advantages import compute_advantages, step_group_advantages
+    from rlid.core.rollout import Episode
 
     def episode(group, states, rewards):
         e = Episode(group=group, reset_seed=group, decisions=[SimpleNamespace()] * len(states))
@@ -362,7 +362,7 @@ def test_step_group_coef_is_refused_without_group_advantages(fields):
 
 
 def test_state_key_ignores_the_menu_order_and_sees_score_and_afterstates():
-    from rlid.rollout import state_key
+    from rlid.core.rollout import state_key
 
     info = {"legal_actions": ["go east", "take key"], "afterstates": ["x", "y"], "score": 0}
     shuffled = {"legal_actions": ["take key", "go east"], "afterstates": ["y", "x"], "score": 0}

@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from menus.prompt import render_token_prompt
 from rlid.audit import (
     AUDIT_INTERFACE,
     AuditConfig,
@@ -35,8 +34,9 @@ from rlid.audit.moments import (
 )
 from rlid.audit.paraphrases import paraphrases, surface_variants
 from rlid.audit.states import BUILTIN_STATES
-from rlid.models import build_model_from_config, build_tiny_model, model_config
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_model_from_config, build_tiny_model, model_config
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus.prompt import render_token_prompt
 
 torch.set_num_threads(1)
 TOL = 1e-9
@@ -270,7 +270,7 @@ def test_paraphrases():
 
 
 def test_surface_variants_parse_to_their_action():
-    from baselines.parse import parse_action
+    from rlid.baselines.token.parse import parse_action
 
     for state in BUILTIN_STATES.values():
         for action in state.actions:

@@ -38,7 +38,7 @@ def random_qwen(tmp_path_factory):
 
 
 def test_random_model_writes_a_loadable_directory_and_refuses_to_overwrite(random_qwen):
-    from rlid.starts import load_policy_model
+    from rlid.lm.starts import load_policy_model
 
     random_model, root = random_qwen
     model, tokenizer = load_policy_model(root / "model")
@@ -85,14 +85,14 @@ def test_menu_cost_splits_each_decision_into_menu_and_forward(capsys):
 def test_scoring_plane_times_packed_rows_against_the_even_split(capsys):
     """``--against even-rows`` swaps the row layout for its calls only, and both layouts
     give one distribution on real ScienceWorld menus (packed: 199 and 404 actions)."""
-    import baselines.engine
+    import rlid.baselines.engine
 
     bench = _script("scoring_plane")
     states = Path(__file__).parent / "data" / "scienceworld_states.json"
-    default = baselines.engine.pack_rows
+    default = rlid.baselines.engine.pack_rows
     with bench.even_rows_layout():
-        assert baselines.engine.pack_rows is bench.even_rows
-    assert baselines.engine.pack_rows is default
+        assert rlid.baselines.engine.pack_rows is bench.even_rows
+    assert rlid.baselines.engine.pack_rows is default
     # the even split: each menu over min(K, copies) rows of ceil(K / copies) completions
     assert bench.even_rows([5, 2], [3, 3, 3, 3, 3, 2, 2], 2)[0] == [0, 0, 1, 1]
     assert default([5, 2], [3, 3, 3, 3, 3, 2, 2], 2)[0] == [0, 0, 1]

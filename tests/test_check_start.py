@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlid.card import wilson_interval
+from rlid.agents.card import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 

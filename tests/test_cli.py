@@ -54,7 +54,7 @@ def test_envs_lists_ids_and_options(capsys):
 
 
 def test_play_shows_menu_with_afterstates_and_plays_the_walkthrough():
-    import envs
+    from rlid import envs
 
     env = envs.make("keydoor", size=2, keys=1, game_seed=0)
     _, info = env.reset(seed=0)
@@ -84,7 +84,7 @@ def test_format_menu_without_afterstates():
 def test_pretrain_builds_a_guided_warm_start_usable_as_a_model_dir(tmp_path, capsys):
     import json
 
-    from rlid.starts import load_policy_model
+    from rlid.lm.starts import load_policy_model
 
     out = tmp_path / "guided"
     code = main([

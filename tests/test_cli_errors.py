@@ -27,7 +27,7 @@ TINY = ["--env", "keydoor", "-o", "size=2", "-o", "keys=0", "-o", "distractors=1
 def _warm_model_built(tmp_path_factory):
     # Built before any test reads stderr: the first use of "tiny" in a process prints
     # a notice and a progress bar, which are not the error line these tests check.
-    from rlid.starts import load_policy_model
+    from rlid.lm.starts import load_policy_model
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RLID_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
@@ -174,7 +174,7 @@ def test_an_unexpected_error_is_one_line_with_exit_1(monkeypatch, capsys):
 
 # --------------------------------------------------------------- demo, audit, compare
 def test_demo_validates_before_training(monkeypatch, capsys, tmp_path):
-    import rlid.trainer as trainer_mod
+    import rlid.core.train as trainer_mod
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started before the arguments were checked")
@@ -277,7 +277,7 @@ def test_compare_waits_for_the_out_lock_and_names_its_holder(
 
 
 def test_pretrain_into_an_output_another_build_holds_is_refused(tmp_path, capsys, hold_lock):
-    from rlid.pretrain.build import work_dir
+    from rlid.lm.pretrain.build import work_dir
 
     work = work_dir(tmp_path / "model")
     work.mkdir()

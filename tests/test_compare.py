@@ -211,8 +211,8 @@ def test_references_default_to_the_random_floor_and_are_checked():
 
 @pytest.mark.parametrize("keys", [1, 2])
 def test_reference_arms_on_keydoor_random_below_walkthrough_at_the_optimum(keys):
-    from menus import Interface
     from rlid.compare.reference import evaluate_reference
+    from rlid.menus import Interface
 
     options = {"size": 3, "keys": keys, "distractors": 1, "max_episode_steps": 30}
     run = dict(episodes=24, seed=0, interface=Interface(memory="none"))
@@ -413,7 +413,7 @@ def test_a_comparison_stopped_by_sigterm_says_to_rerun_it_and_keeps_the_runs_tim
 ):
     import signal
 
-    from rlid import trainer
+    from rlid.core import train as trainer
 
     data = tiny_comparison(arms={"decision": {"plane": "decision"}})
     config = tmp_path / "c.toml"
@@ -1022,7 +1022,7 @@ def test_a_run_stopped_before_its_first_checkpoint_says_so():
 
 def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
     from rlid.compare.parse import load_compare_config
-    from rlid.config import read_toml
+    from rlid.config.run import read_toml
 
     broken = tmp_path / "broken.toml"
     broken.write_text("name = \n")
@@ -1037,8 +1037,8 @@ def test_a_broken_or_missing_toml_file_is_a_clear_error(tmp_path):
 
 
 def test_the_report_counts_training_prompts_shortened_and_menus_truncated():
-    from rlid.budget import Budget
     from rlid.compare.report import summarise_arm
+    from rlid.config.budget import Budget
 
     def run(seed, shortened, truncated=0):
         budget = Budget(env_steps=200, decisions=200, shortened_prompts=shortened,
@@ -1138,7 +1138,7 @@ def test_a_run_from_other_starting_weights_is_not_reused(tmp_path):
     """`tiny` became the shipped start: a run recorded from the former `tiny` (another
     sha256) has the same config but not the same start, and is refused, not reused."""
     from rlid.compare.run import check_existing_run
-    from rlid.starts import model_pin
+    from rlid.lm.starts import model_pin
 
     compare = parse_compare_config(tiny_comparison())
     run = next(r for r in compare.runs() if r.arm == "decision")

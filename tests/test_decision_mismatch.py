@@ -1,5 +1,5 @@
 """The decision-PPO loss with a train-inference correction (TIS / IcePop on ρ = π_old/μ),
-hand-computed; the shared rules of rlid.mismatch; the engine fields of the config."""
+hand-computed; the shared rules of rlid.losses.mismatch; the engine fields of the config."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlid.config import TrainConfig
-from rlid.mismatch import MismatchCorrection
-from rlid.ppo import decision_ppo_loss
+from rlid.losses.decision import decision_ppo_loss
+from rlid.losses.mismatch import MismatchCorrection
 
 DT = torch.float64
 

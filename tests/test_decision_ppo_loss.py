@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlid.ppo import (
+from rlid.losses.decision import (
     PositionSums,
     PPOCoefs,
     decision_ppo_loss,

@@ -22,10 +22,10 @@ import test_token_trainer
 import torch
 from safetensors.torch import load_file
 
-from menus import Interface
-from rlid.config import TrainConfig, add_config_arguments, config_from_args
+from rlid.config.run import TrainConfig, add_config_arguments, config_from_args
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 from rlid.runs.dir import load_trainer_state, read_metrics
-from rlid.starts import load_policy_model
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = test_token_trainer.GAME
@@ -333,7 +333,7 @@ def test_no_deadlock_with_empty_minibatch_shares_and_target_kl(tmp_path, cache, 
 def test_a_failed_collective_inside_a_wrapped_forward_or_backward_says_a_peer_died():
     # FSDP2's reduce-scatters and all-gathers run inside torch's hooks: their failure
     # reaches us as a RuntimeError from backward(), and must carry the "resume" message
-    from rlid.distributed import PeerLost, wrapper_collectives
+    from rlid.lm.distributed import PeerLost, wrapper_collectives
 
     def fails(err: BaseException) -> None:
         with wrapper_collectives("a reduce-scatter"):
@@ -371,7 +371,7 @@ def test_a_cuda_machine_joins_with_nccl_for_cuda_tensors_and_gloo_for_cpu_ones(m
     # tensor, so the group pairs gloo (CPU) with nccl (CUDA)
     import torch.distributed as dist
 
-    from rlid import distributed as dist_
+    from rlid.lm import distributed as dist_
 
     calls: dict = {}
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -391,7 +391,7 @@ def test_a_cuda_machine_joins_with_nccl_for_cuda_tensors_and_gloo_for_cpu_ones(m
 
 
 def test_an_indexed_cuda_device_is_refused_with_several_processes():
-    from rlid.distributed import World
+    from rlid.lm.distributed import World
 
     with pytest.raises(ValueError, match="all 2 processes on one GPU.*--device cuda"):
         World(rank=1, size=2).check_device("cuda:0")
@@ -406,7 +406,7 @@ def test_a_process_of_a_multi_process_run_ends_without_teardown_keeping_its_outp
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     script = (
         "import atexit\natexit.register(lambda: print('teardown ran'))\n"
-        "print('written', end='')\nfrom rlid.distributed import exit_process\nexit_process(7)"
+        "print('written', end='')\nfrom rlid.lm.distributed import exit_process\nexit_process(7)"
     )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (7, "written")  # flushed, no teardown

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from menus import Interface
-from rlid.env_workers import WorkerEnvs
-from rlid.rollout import Sampling, collect_episodes
+from rlid import envs
+from rlid.core.env_workers import WorkerEnvs
+from rlid.core.rollout import Sampling, collect_episodes
+from rlid.menus import Interface
 
 OPTIONS = {"size": 2}
 
@@ -102,7 +102,7 @@ def test_ctrl_c_leaves_no_worker_processes(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from rlid.env_workers import WorkerEnvs
+        from rlid.core.env_workers import WorkerEnvs
         pool = WorkerEnvs("keydoor", {"size": 2}, count=4, workers=2)
         pool.reset_many([0, 1, 2, 3], [1, 2, 3, 4])
         print(" ".join(map(str, pool.pids)), flush=True)
@@ -137,7 +137,7 @@ def test_ctrl_c_leaves_no_worker_processes(tmp_path):
 
 def test_training_with_env_workers_matches_in_process(tmp_path):
     from rlid.config import TrainConfig
-    from rlid.trainer import train
+    from rlid.core.train import train
 
     common = dict(env="keydoor", env_options=OPTIONS, steps=40, groups_per_iter=2,
                   group_size=2, eval_episodes=2, minibatch_size=8)  # fmt: skip

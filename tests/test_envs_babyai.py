@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.babyai.catalog import HELD_BACK, LEVELS, MIXED_TASKS, mixture_task
-from envs.babyai.env import ACTIONS, WIN_NOTE, render
-from envs.babyai.text import COLOR_NAMES, DOOR_STATES, OBJECT_NAMES, describe_view
-from envs.outcome import read_outcome
-from envs.registry import SPLIT_OFFSETS
+from rlid import envs
+from rlid.envs.babyai.catalog import HELD_BACK, LEVELS, MIXED_TASKS, mixture_task
+from rlid.envs.babyai.env import ACTIONS, WIN_NOTE, render
+from rlid.envs.babyai.text import COLOR_NAMES, DOOR_STATES, OBJECT_NAMES, describe_view
+from rlid.envs.outcome import read_outcome
+from rlid.envs.registry import SPLIT_OFFSETS
 
 pytest.importorskip("minigrid")
 

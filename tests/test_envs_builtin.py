@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs
-from envs.builtin.common import describe_outcome, room_distances, shortest_plan
-from envs.builtin.crafting import CraftingRules
-from envs.builtin.keydoor import KeyDoorRules, KeyDoorState
+from rlid import envs
+from rlid.envs.builtin.common import describe_outcome, room_distances, shortest_plan
+from rlid.envs.builtin.crafting import CraftingRules
+from rlid.envs.builtin.keydoor import KeyDoorRules, KeyDoorState
 
 # (env id, options): tiny, default and harder settings
 SETTINGS = [

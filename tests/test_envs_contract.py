@@ -15,10 +15,10 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs
-from envs.base import INFO_KEYS
-from envs.jvm import needs_java
-from envs.registry import get_spec, parse_option_strings
+from rlid import envs
+from rlid.envs.base import INFO_KEYS
+from rlid.envs.jvm import needs_java
+from rlid.envs.registry import get_spec, parse_option_strings
 
 ENV_IDS = [e for e in envs.list_envs() if not e.startswith("tw-") and not needs_java(e)]
 INVALID = "dance wildly"  # no game here has this command

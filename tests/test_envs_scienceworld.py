@@ -20,18 +20,18 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from jvm_helpers import ROOT, kill_run_and_check, start_run, wait_gone
 
-import envs
-from envs import jvm
-from envs.scienceworld.tasks import TASKS, simplification_string
-from menus import Interface
-from menus.prompt import menu_for_step
+from rlid import envs
+from rlid.envs import jvm
+from rlid.envs.scienceworld.tasks import TASKS, simplification_string
+from rlid.menus import Interface
+from rlid.menus.prompt import menu_for_step
 
 INVALID = "dance wildly"
 SHORT = {"task": "lifespan-longest-lived", "max_episode_steps": 12}
 
 TRACE_SCRIPT = """
 import json, sys
-import envs
+from rlid import envs
 env = envs.make("scienceworld", **json.loads(sys.argv[1]))
 obs, info = env.reset(seed=int(sys.argv[2]))
 trace = [obs, info["legal_actions"]]

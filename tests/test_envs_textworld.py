@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.textworld import cache as tw_cache
-from envs.textworld.env import clean_observation
-from envs.textworld.verify import CHECK_GAMES, CheckReport, check_afterstates
+from rlid import envs
+from rlid.envs.textworld import cache as tw_cache
+from rlid.envs.textworld.env import clean_observation
+from rlid.envs.textworld.verify import CHECK_GAMES, CheckReport, check_afterstates
 
 TW_IDS = [env_id for env_id in envs.list_envs() if env_id.startswith("tw-")]
 OPTIONS = dict(CHECK_GAMES)

@@ -16,11 +16,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from jvm_helpers import ROOT, java_descendants, kill_run_and_check, start_run, wait_gone
 
-import envs
-from envs import jvm
-from envs.twx.specs import GAMES
-from menus import Interface
-from menus.prompt import menu_for_step
+from rlid import envs
+from rlid.envs import jvm
+from rlid.envs.twx.specs import GAMES
+from rlid.menus import Interface
+from rlid.menus.prompt import menu_for_step
 
 TWX_IDS = [f"twx-{game}" for game in GAMES]
 SMALL = {
@@ -133,7 +133,7 @@ def test_same_seed_same_episode_and_invalid_actions_change_nothing():
 def test_a_seed_keeps_its_walkthrough_though_the_package_draws_it_unseeded(
     engine, tmp_path, monkeypatch
 ):
-    from envs.twx.env import walkthrough_path
+    from rlid.envs.twx.env import walkthrough_path
 
     monkeypatch.setenv("RLID_CACHE_DIR", str(tmp_path))
     options = {"numLocations": 6, "numDistractorItems": 5, "game_seed": 4}
@@ -248,7 +248,7 @@ def test_java_missing_names_the_package(monkeypatch):
 
 
 def test_env_workers_each_run_their_own_jvm_with_the_same_episodes():
-    from rlid.env_workers import WorkerEnvs
+    from rlid.core.env_workers import WorkerEnvs
 
     options = {**SMALL["twx-coin"], "game_seed": 1}
     with WorkerEnvs("twx-coin", options, count=2, workers=2) as pool:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlid.cli import main as cli_main
-from rlid.seeds import EVAL_SEED_BASE
+from rlid.core.seeds import EVAL_SEED_BASE
 
 OPTIONS = {"size": 2, "keys": 1, "distractors": 1, "max_episode_steps": 6}
 

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from menus import Interface
-from rlid import agents as export_mod
-from rlid import seeds, trainer
-from rlid.agents import load_policy
+from rlid.agents import agent as export_mod
+from rlid.agents.agent import load_policy
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
-from rlid.evaluate import evaluate
-from rlid.loop import make_envs
-from rlid.policy import DecisionPolicy
+from rlid.core import seeds
+from rlid.core import train as trainer
+from rlid.core.evaluate import evaluate
+from rlid.core.loop import make_envs
+from rlid.decision.policy import DecisionPolicy
+from rlid.menus import Interface
 from rlid.runs.dir import read_json
 
 GAME = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 5}
@@ -67,7 +68,7 @@ def test_export_round_trip_reproduces_heldout_eval_exactly(tmp_path, capsys):
     after = read_json(tmp_path / "run" / "eval.json")["after"]
     assert _heldout_eval(policy, config) == after
     # ... and it is the trained model, not the starting one
-    from rlid.starts import load_policy_model
+    from rlid.lm.starts import load_policy_model
 
     trained = load_policy_model(str(tmp_path / "run" / "checkpoint" / "model"))[0].state_dict()
     start = load_policy_model("tiny")[0].state_dict()
@@ -128,7 +129,7 @@ def test_lora_export_records_base_and_merges(tmp_path):
     # the shipped start: its base weights live in a directory the adapters can name
     config = _train(tmp_path / "run", model="tiny", lora_rank=2, lora_targets="q_proj,v_proj")
     ckpt_adapter = read_json(tmp_path / "run" / "checkpoint" / "model" / "adapter_config.json")
-    from rlid.starts import base_model_path
+    from rlid.lm.starts import base_model_path
 
     base = base_model_path(config)
     assert ckpt_adapter["base_model_name_or_path"] == base and Path(base).is_dir()

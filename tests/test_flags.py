@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from menus import Interface
 from rlid.audit.run import AuditConfig
 from rlid.cli.main import build_parser
 from rlid.config import TrainConfig
-from rlid.flags import given_values
-from rlid.pretrain import PretrainConfig
+from rlid.config.flags import given_values
+from rlid.lm.pretrain import PretrainConfig
+from rlid.menus import Interface
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def test_every_field_is_a_flag_with_its_default_in_the_help(command, cls, skip):
 
 
 def test_interface_help_is_the_first_sentence_of_each_attribute_docstring():
-    from rlid.flags import attribute_docs
+    from rlid.config.flags import attribute_docs
 
     docs = attribute_docs(Interface)
     assert set(docs) == {f.name for f in dataclasses.fields(Interface)}

@@ -9,10 +9,10 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.jvm import needs_java
-from envs.textworld import cache as tw_cache
-from envs.textworld.verify import CHECK_GAMES
+from rlid import envs
+from rlid.envs.jvm import needs_java
+from rlid.envs.textworld import cache as tw_cache
+from rlid.envs.textworld.verify import CHECK_GAMES
 
 TW_OPTIONS = dict(CHECK_GAMES)
 
@@ -71,7 +71,7 @@ def test_make_vec_steps_a_batch_of_games():
 
 
 def test_module_prefix_options_and_errors():
-    env = gymnasium.make("envs:rlid/Crafting-v0", split="heldout", render_mode="ansi")
+    env = gymnasium.make("rlid.envs:rlid/Crafting-v0", split="heldout", render_mode="ansi")
     env.reset(seed=0)
     assert isinstance(env.render(), str)
     with pytest.raises(ValueError, match="unknown option.*sise"):

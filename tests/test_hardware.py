@@ -8,25 +8,25 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.config import TokenConfig
+from rlid import envs
 from rlid.config import TrainConfig
-from rlid.hardware import (
+from rlid.config.planes import TokenConfig
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.hardware import (
     Precision,
     cuda_memory_row,
     enable_gradient_checkpointing,
     resolve_device,
     train_mode_without_dropout,
 )
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_tiny_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _tiny(**overrides):
-    from rlid.models import build_model_from_config, model_config
+    from rlid.lm.models import build_model_from_config, model_config
 
     tokenizer = build_tiny_tokenizer()
     if not overrides:
@@ -67,7 +67,7 @@ def test_device_flag_is_validated_with_a_clear_error():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_cuda_is_a_clear_error(tmp_path):
-    from rlid.trainer import train
+    from rlid.core.train import train
 
     with pytest.raises(ValueError, match="asks for CUDA but torch sees no CUDA"):
         resolve_device("cuda:0")
@@ -80,7 +80,7 @@ def test_cuda_without_cuda_is_a_clear_error(tmp_path):
 def test_hardware_fields_are_recorded_and_flags_derived():
     import argparse
 
-    from rlid.config import add_config_arguments, config_from_args
+    from rlid.config.run import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)
@@ -102,7 +102,7 @@ def test_hardware_fields_are_recorded_and_flags_derived():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("plane", ["decision", "token"])
 def test_training_runs_with_every_tensor_on_the_device(tmp_path, device, plane):
-    from rlid.loop import run_training
+    from rlid.core.loop import run_training
 
     extra = {"max_new_tokens": 3, "algo": "dapo"} if plane == "token" else {"kl_coef": 0.1}
     config = TrainConfig.from_dict(dict(
@@ -153,7 +153,7 @@ def test_sampling_is_the_same_on_every_device(device):
 
 # ------------------------------------------------------------------- mixed precision
 def test_bf16_weights_with_bf16_autocast_train_finite_and_close_to_float32(tmp_path):
-    from rlid.trainer import train
+    from rlid.core.train import train
 
     common = dict(env="keydoor", env_options={"size": 2}, steps=80, groups_per_iter=2,
                   group_size=2, eval_episodes=0, seed=3, minibatch_size=8)  # fmt: skip
@@ -298,7 +298,7 @@ def test_decision_plane_stores_and_rescores_the_behaviour_distribution():
 
 
 def test_scoring_plane_stores_and_rescores_the_behaviour_distribution():
-    from baselines.scoring import ScoringPolicy
+    from rlid.baselines.scoring import ScoringPolicy
 
     model, tokenizer = _tiny()
     policy = ScoringPolicy(model, tokenizer, TrainConfig().interface, norm="sum")
@@ -321,7 +321,7 @@ def test_scoring_plane_stores_and_rescores_the_behaviour_distribution():
 
 @pytest.mark.parametrize("engine_name", ["trainer", "perturbed"])
 def test_token_plane_stores_and_rescores_the_behaviour_distribution(engine_name):
-    from baselines.engine import completion_logprobs, make_engine
+    from rlid.baselines.engine import completion_logprobs, make_engine
 
     model, tokenizer = _tiny()
     prompt = tokenizer.encode("you are in the hall. >", add_special_tokens=False)
@@ -354,9 +354,9 @@ def test_token_plane_stores_and_rescores_the_behaviour_distribution(engine_name)
 
 # ------------------------------------------------- regularisers never act on their own
 def test_all_zero_advantages_do_not_move_the_policy_toward_uniform():
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
-    from rlid.trainer import DecisionBatch, ppo_update
+    from rlid.core.loop import RunContext
+    from rlid.core.train import DecisionBatch, ppo_update
+    from rlid.lm.optim import Stepper
 
     model, tokenizer = _tiny()
     config = TrainConfig(ent_coef=0.01, kl_coef=0.1, label_mass_coef=0.1, minibatch_size=4)
@@ -393,9 +393,9 @@ def test_all_zero_advantages_do_not_move_the_policy_toward_uniform():
 def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
     from test_microbatch import _generations
 
-    from baselines.token_trainer import Rescoring, TokenBatch, token_update
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
+    from rlid.baselines.token.train import Rescoring, TokenBatch, token_update
+    from rlid.core.loop import RunContext
+    from rlid.lm.optim import Stepper
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)
@@ -416,9 +416,9 @@ def test_zero_advantage_token_minibatches_are_skipped_even_with_a_kl_term():
 def test_token_trainer_merges_a_tiny_tail_minibatch():
     from test_microbatch import _generations
 
-    from baselines.token_trainer import Rescoring, TokenBatch, token_update
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
+    from rlid.baselines.token.train import Rescoring, TokenBatch, token_update
+    from rlid.core.loop import RunContext
+    from rlid.lm.optim import Stepper
 
     model, tokenizer = _tiny()
     completions = _generations(model, tokenizer)[:17]  # minibatch 16: 16 + 1 -> one of 17
@@ -454,7 +454,7 @@ def test_readout_never_asks_for_every_layers_hidden_states():
     del model.forward
     assert seen and not any(seen)
     # the hook's hidden state is the last layer's (after the final norm) at the last position
-    from rlid.readout import left_pad_ids
+    from rlid.lm.readout import left_pad_ids
 
     ids, mask = left_pad_ids([d.prompt_ids for d in decisions], tokenizer.pad_token_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -464,8 +464,8 @@ def test_readout_never_asks_for_every_layers_hidden_states():
 
 
 def test_reference_model_is_frozen_and_can_be_offloaded(tmp_path):
-    from rlid.hardware import OffloadedModel
-    from rlid.loop import RunContext, reference_model
+    from rlid.core.loop import RunContext, reference_model
+    from rlid.lm.hardware import OffloadedModel
     from rlid.runs.log import RunLog
 
     model, _ = _tiny()
@@ -480,7 +480,7 @@ def test_reference_model_is_frozen_and_can_be_offloaded(tmp_path):
 
 
 def test_keep_checkpoints_keeps_the_newest(tmp_path):
-    from rlid.trainer import train
+    from rlid.core.train import train
 
     config = TrainConfig(
         env="keydoor", env_options={"size": 2}, budget_currency="episodes", steps=6,

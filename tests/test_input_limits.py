@@ -1,4 +1,4 @@
-"""Counts, sizes and scales are bounded before any work (rlid.limits): one line naming
+"""Counts, sizes and scales are bounded before any work (rlid.config.limits): one line naming
 the flag, exit 2, nothing written."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlid import limits
 from rlid.cli import main as cli_main
-from rlid.config import TrainConfig
+from rlid.config import TrainConfig, limits
 
 TRAIN = ["--model", "tiny-random", "--env", "keydoor", "-o", "size=2", "--steps", "8",
          "--groups-per-iter", "2", "--group-size", "2", "--threads", "1", "--eval-episodes",

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from menus import Interface, compile_menu, menu_for_step, render_token_prompt
-from menus.tree import LabelTree, build_label_tree, elide, group_head, tree_of_menu
-from menus.tree_prompt import level_continuation, tree_for_step
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus import Interface, compile_menu, menu_for_step, render_token_prompt
+from rlid.menus.tree import LabelTree, build_label_tree, elide, group_head, tree_of_menu
+from rlid.menus.tree_prompt import level_continuation, tree_for_step
 
 ALPHABET = tuple(string.ascii_uppercase)
 VERBS = ("open", "close", "take", "move", "focus on", "look at", "pour")
@@ -192,7 +192,7 @@ def test_a_tree_too_long_for_the_context_is_refit_narrower_then_as_blocks():
 
 
 def test_refits_are_built_one_at_a_time(monkeypatch):
-    import menus.tree as tree_mod
+    import rlid.menus.tree as tree_mod
 
     legal = [f"take {o} from {b}" for o in "abcdefgh" for b in ("cup", "jar", "box")]
     tree = build_label_tree(legal, labels=ALPHABET, fanout=8)

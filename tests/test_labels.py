@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from menus import AUTO_ALPHABET, LabelError, LabelSet, label_token, parse_alphabet
+from rlid.menus import AUTO_ALPHABET, LabelError, LabelSet, label_token, parse_alphabet
 
 SPACE = "\u0120"  # byte-level BPE's visible form of " "
 LABEL_CHARS = string.ascii_uppercase + string.ascii_lowercase + string.digits

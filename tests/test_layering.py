@@ -57,8 +57,8 @@ def test_core_importing_baselines_breaks_the_contract_with_a_clear_message(tmp_p
     readout.write_text(readout.read_text() + "\nimport baselines.losses  # noqa: E402,F401\n")
     result = _lint_imports(tree)
     assert result.returncode != 0
-    assert "rlid.readout is not allowed to import baselines" in result.stdout
-    assert "rlid.readout -> baselines.losses" in result.stdout
+    assert "rlid.lm.readout is not allowed to import baselines" in result.stdout
+    assert "rlid.lm.readout -> baselines.losses" in result.stdout
 
 
 def test_menus_importing_torch_breaks_the_contract(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_menus_importing_torch_breaks_the_contract(tmp_path: Path) -> None:
     result = _lint_imports(tree)
     assert result.returncode != 0
     assert "menus is not allowed to import torch" in result.stdout
-    assert "menus.menu -> torch" in result.stdout
+    assert "rlid.menus.menu -> torch" in result.stdout
 
 
 def test_every_rlid_module_is_named_in_the_layers_contract() -> None:
@@ -95,11 +95,11 @@ def test_packages_ship_py_typed() -> None:
 def test_storage_importing_the_core_breaks_the_contract(tmp_path: Path) -> None:
     tree = _copy_tree(tmp_path)
     files = tree / "rlid" / "runs" / "files.py"
-    files.write_text(files.read_text() + "\nimport rlid.trainer  # noqa: E402,F401\n")
+    files.write_text(files.read_text() + "\nimport rlid.core.train  # noqa: E402,F401\n")
     result = _lint_imports(tree)
     assert result.returncode != 0
-    assert "rlid.runs is not allowed to import rlid.trainer" in result.stdout
-    assert "rlid.runs.files -> rlid.trainer" in result.stdout
+    assert "rlid.runs is not allowed to import rlid.core.train" in result.stdout
+    assert "rlid.runs.files -> rlid.core.train" in result.stdout
 
 
 # ------------------------------------------------------------------- the import graph

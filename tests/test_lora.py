@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from menus import Interface
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.lora import AdapterDisabled, apply_lora
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy
+from rlid.core import train as trainer_mod
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.lora import AdapterDisabled, apply_lora
+from rlid.lm.models import build_tiny_model
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus import Interface
 from rlid.runs.dir import read_metrics
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer
 
 
 def small_config(**changes) -> TrainConfig:
@@ -41,7 +41,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 def test_adapter_disabled_reference_is_the_base_model():
-    import envs
+    from rlid import envs
 
     tokenizer = build_tiny_tokenizer()
     base = build_tiny_model(tokenizer, seed=3)
@@ -92,7 +92,7 @@ def test_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path, interrupt_u
     assert any(k.endswith("lora_B.weight") and a[k].abs().sum() > 0 for k in a)
 
     # the base weights did not move: the base model equals a fresh load of config.model
-    from rlid.lora import attach_adapters
+    from rlid.lm.lora import attach_adapters
 
     fresh, _ = load_policy_model("tiny")
     base_now = attach_adapters(load_policy_model("tiny")[0], ckpt).get_base_model()
@@ -118,7 +118,7 @@ def test_bad_lora_settings_are_clear_errors(tmp_path, capsys):
 
 
 def test_token_plane_runs_with_lora_adapters_and_saves_them(tmp_path):
-    from baselines.token_trainer import train_token
+    from rlid.baselines.token.train import train_token
 
     config = small_config(plane="token", steps=12, lora_rank=4, beta=0.05, max_new_tokens=4)
     log = train_token(config, tmp_path / "tok", progress=False)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from menus import MEMORY_PROVIDERS, LastKMemory, NoMemory, StructuredMemory, make_memory
 from menus.memory import first_sentence, parse_location
-from rlid.rollout import Sampling
+from rlid.core.rollout import Sampling
+from rlid.menus import MEMORY_PROVIDERS, LastKMemory, NoMemory, StructuredMemory, make_memory
 
 
 def info(**extra):
@@ -130,12 +130,12 @@ def test_the_start_place_is_visited_in_rollouts_the_corpus_and_an_exported_agent
     import numpy as np
     import torch
 
-    import envs
-    from menus import Interface
-    from rlid.agents import Agent
-    from rlid.pretrain import PretrainConfig, transcripts
-    from rlid.rollout import collect_episodes
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid import envs
+    from rlid.agents.agent import Agent
+    from rlid.core.rollout import collect_episodes
+    from rlid.lm.pretrain import PretrainConfig, transcripts
+    from rlid.lm.tokenizer import build_tiny_tokenizer
+    from rlid.menus import Interface
 
     start_obs, start_info = envs.make("keydoor", size=2).reset(seed=3)
     start = parse_location(start_obs, start_info)

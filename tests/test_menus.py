@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from menus import Interface, LastKMemory, Menu, MenuRow, compile_menu
+from rlid.menus import Interface, LastKMemory, Menu, MenuRow, compile_menu
 
 ALPHABET = tuple(string.ascii_uppercase)
 

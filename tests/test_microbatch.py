@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from baselines.config import TokenConfig
-from baselines.losses import TokenLoss, aggregation_normaliser, normaliser_units, token_policy_loss
-from rlid.optim import minibatches
-from rlid.ppo import PPOCoefs, decision_ppo_loss
+from rlid.config.planes import TokenConfig
+from rlid.lm.optim import minibatches
+from rlid.losses.decision import PPOCoefs, decision_ppo_loss
+from rlid.losses.token import TokenLoss, aggregation_normaliser, normaliser_units, token_policy_loss
 
 MICRO = [1, 4, 32]
 B = 32
@@ -134,14 +134,14 @@ def test_tail_minibatch_merges_into_the_previous_one(n, size, expected):
      ([], 4, 10, [])],
 )  # fmt: skip
 def test_token_budget_chunks_by_hand(costs, size, budget, expected):
-    from rlid.optim import budget_chunks
+    from rlid.lm.optim import budget_chunks
 
     assert [(p.start, p.stop) for p in budget_chunks(costs, size, budget)] == expected
 
 
 def test_a_token_budget_below_one_is_refused():
-    from rlid.optim import budget_chunks
-    from rlid.trainer import TrainConfig
+    from rlid.core.train import TrainConfig
+    from rlid.lm.optim import budget_chunks
 
     with pytest.raises(ValueError, match="micro_batch_tokens must be >= 1"):
         TrainConfig(micro_batch_tokens=0)
@@ -151,8 +151,8 @@ def test_a_token_budget_below_one_is_refused():
 
 # ----------------------------------------------------------------- through the trainers
 def _tiny():
-    from rlid.models import build_tiny_model
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid.lm.models import build_tiny_model
+    from rlid.lm.tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     return build_tiny_model(tokenizer, seed=0), tokenizer
@@ -170,9 +170,9 @@ def _sgd_step_params(step) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def decision_rollout():
-    import envs
-    from rlid.policy import DecisionPolicy
-    from rlid.trainer import TrainConfig
+    from rlid import envs
+    from rlid.core.train import TrainConfig
+    from rlid.decision.policy import DecisionPolicy
 
     model, tokenizer = _tiny()
     config = TrainConfig(env="keydoor", env_options={"size": 2})
@@ -195,10 +195,11 @@ def decision_rollout():
 @pytest.mark.parametrize("micro", [1, 4])
 @pytest.mark.parametrize("advantage", ["group", "gae"])
 def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advantage):
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
-    from rlid.policy import DecisionPolicy, ValueHead
-    from rlid.trainer import DecisionBatch, TrainConfig, ppo_update
+    from rlid.core.loop import RunContext
+    from rlid.core.records import ValueHead
+    from rlid.core.train import DecisionBatch, TrainConfig, ppo_update
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.optim import Stepper
 
     decisions, advantages = decision_rollout
     targets = advantages * 2
@@ -236,8 +237,8 @@ def test_ppo_update_micro_batches_equal_one_batch(decision_rollout, micro, advan
 
 
 def _generations(model, tokenizer):
-    from baselines.engine import completion_logprobs
-    from baselines.token_policy import Generation
+    from rlid.baselines.engine import completion_logprobs
+    from rlid.baselines.token.policy import Generation
 
     gen = torch.Generator().manual_seed(5)
     vocab = len(tokenizer)
@@ -259,9 +260,9 @@ def _generations(model, tokenizer):
 
 @pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
 def test_token_update_micro_batches_equal_one_batch(algo):
-    from baselines.token_trainer import Rescoring, TokenBatch, token_update
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper, budget_chunks
+    from rlid.baselines.token.train import Rescoring, TokenBatch, token_update
+    from rlid.core.loop import RunContext
+    from rlid.lm.optim import Stepper, budget_chunks
 
     advantages = torch.randn(B, generator=torch.Generator().manual_seed(7))
 
@@ -296,9 +297,9 @@ def test_token_update_micro_batches_equal_one_batch(algo):
 @pytest.mark.parametrize("micro", [1, 3])
 def test_rollout_forwards_chunked_by_micro_batch_size_act_the_same(micro):
     """Chunking the rollout readout changes memory, not decisions (sampling is one draw)."""
-    import envs
+    from rlid import envs
     from rlid.config import TrainConfig
-    from rlid.policy import DecisionPolicy
+    from rlid.decision.policy import DecisionPolicy
 
     model, tokenizer = _tiny()
     interface = TrainConfig().interface
@@ -322,13 +323,13 @@ def test_rollout_forwards_chunked_by_micro_batch_size_act_the_same(micro):
 def test_a_token_budget_cuts_the_update_and_keeps_its_step(plane):
     """micro_batch_tokens cuts a minibatch by token positions (the scoring plane counts
     its prompt cache's copies and every action's tokens): same step as one batch."""
-    import envs
-    from baselines.config import ScoringConfig
-    from baselines.scoring import ScoringPolicy
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
-    from rlid.policy import DecisionPolicy
-    from rlid.trainer import DecisionBatch, TrainConfig, micro_parts, ppo_update, update_tokens
+    from rlid import envs
+    from rlid.baselines.scoring import ScoringPolicy
+    from rlid.config.planes import ScoringConfig
+    from rlid.core.loop import RunContext
+    from rlid.core.train import DecisionBatch, TrainConfig, micro_parts, ppo_update, update_tokens
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.optim import Stepper
 
     n = 8
     env = envs.make("keydoor", size=3, keys=1, distractors=2, game_seed=0)

@@ -13,12 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
-from rlid import start_files
-from rlid import tokenizer as tokenizer_mod
-from rlid.models import build_model_from_config, build_tiny_model, model_config, save_policy_model
-from rlid.start_files import play_cache_dir
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer, required_single_tokens
+from rlid.lm import start_files
+from rlid.lm import tokenizer as tokenizer_mod
+from rlid.lm.models import (
+    build_model_from_config,
+    build_tiny_model,
+    model_config,
+    save_policy_model,
+)
+from rlid.lm.start_files import play_cache_dir
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer, required_single_tokens
 
 TYPICAL_PROMPT = (
     "Goal: find the key and open the chest\n"
@@ -163,7 +168,7 @@ def test_tiny_play_is_built_on_first_use_and_cached(cache_dir, capfd, caplog):
 
 
 def test_default_recipe_uses_the_plain_cache_dir(cache_dir, monkeypatch):
-    from rlid.pretrain import PretrainConfig
+    from rlid.lm.pretrain import PretrainConfig
 
     monkeypatch.setattr(start_files, "PLAY_RECIPE", None)
     assert start_files.play_recipe() == PretrainConfig()
@@ -187,8 +192,8 @@ def test_saving_through_a_symbolic_link_writes_where_it_points(tmp_path, tok):
 
 
 def test_pretrain_refuses_a_file_as_its_output_before_building(tmp_path):
-    from rlid.pretrain import PretrainConfig
-    from rlid.pretrain.build import pretrain
+    from rlid.lm.pretrain import PretrainConfig
+    from rlid.lm.pretrain.build import pretrain
 
     out = tmp_path / "model"
     out.write_text("not a directory")
@@ -244,7 +249,7 @@ def test_a_stale_tiny_play_cache_is_rebuilt_loudly(cache_dir, caplog):
     other = build_tiny_tokenizer()
     other.add_tokens(["<|other|>"])
     save_policy_model(build_tiny_model(other), other, play_cache_dir())
-    with caplog.at_level(logging.WARNING, logger="rlid.starts"):
+    with caplog.at_level(logging.WARNING, logger="rlid.lm.starts"):
         model, tok = load_policy_model("tiny-play")
     assert model.rlid_origin == "warm"
     assert "different tiny tokenizer" in caplog.text

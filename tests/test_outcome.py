@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-import envs
-from envs.outcome import Outcome, best_rows, read_outcome
+from rlid import envs
+from rlid.envs.outcome import Outcome, best_rows, read_outcome
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_read_outcome_hand_checked(text, expected):
 
 
 def test_read_outcome_inverts_textworlds_wording():
-    from envs.textworld.afterstate import describe_outcome
+    from rlid.envs.textworld.afterstate import describe_outcome
 
     for points, won, lost in itertools.product([-1, 0, 1, 2], [False, True], [False, True]):
         outcome = Outcome(points, won, lost)
@@ -83,8 +83,8 @@ def test_best_rows_hand_checked():
 
 
 def test_afterstate_reference_reads_crafting_and_needs_afterstates():
-    from menus import Interface
     from rlid.compare.reference import AfterstatePolicy, evaluate_reference
+    from rlid.menus import Interface
 
     options = {"rooms": 1, "steps": 2, "distractors": 2}
     run = dict(episodes=8, seed=0, interface=Interface(memory="none"))

@@ -8,16 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from menus import Interface
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy, sample_rows
-from rlid.pretrain import PretrainConfig, random_play_transcripts, transcripts
-from rlid.pretrain.build import pretrain
-from rlid.readout import label_logprobs
-from rlid.start_files import answered_labels
-from rlid.starts import load_policy_model
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid import envs
+from rlid.core.acting import sample_rows
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.models import build_tiny_model
+from rlid.lm.pretrain import PretrainConfig, random_play_transcripts, transcripts
+from rlid.lm.pretrain.build import pretrain
+from rlid.lm.readout import label_logprobs
+from rlid.lm.start_files import answered_labels
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus import Interface
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +140,7 @@ def test_walkthrough_episodes_add_the_solution_rows_and_leave_random_play_unchan
 
 
 def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_only():
-    from rlid.pretrain import training_sequences, transcripts
+    from rlid.lm.pretrain import training_sequences, transcripts
 
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, walkthrough_episodes=1)
@@ -167,7 +168,7 @@ def test_random_answers_off_trains_on_random_prompts_and_walkthrough_answers_onl
 
 
 def test_weighted_lm_loss_by_hand_and_equal_to_the_models_own_at_unit_weights():
-    from rlid.pretrain.lm import weighted_lm_loss
+    from rlid.lm.pretrain.lm import weighted_lm_loss
 
     # hand-computed: two next-token predictions with CE log(2) and log(4)
     logits = torch.log(torch.tensor([[[0.5, 0.5, 1e-30], [0.25, 0.75, 1e-30], [1.0, 1.0, 1.0]]]))
@@ -211,7 +212,7 @@ def _not_called(*args, **kwargs):
 def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkeypatch, capsys):
     """Killed in step 6 with a checkpoint every 2 steps, the build resumes at step 4
     and ends bit-identical to an uninterrupted one; the checkpoint is gone afterwards."""
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=2, max_episode_steps=3, steps=7, batch_size=4,
@@ -252,7 +253,7 @@ def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path, monkey
 
 
 def test_an_unfinished_pretraining_with_other_settings_is_refused_not_mixed(tmp_path, monkeypatch):
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=4, batch_size=2,
@@ -291,7 +292,7 @@ def test_a_finished_pretraining_removes_its_work_dir_before_dropping_the_lock(
 ):
     # Removed after the release, a second builder could take the lock in between and
     # lose its lock file and checkpoint to the first one's removal.
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
     from rlid.runs.lock import RunLock
 
     seen = []
@@ -311,7 +312,7 @@ def test_a_finished_pretraining_removes_its_work_dir_before_dropping_the_lock(
 
 
 def test_env_entries_with_options_play_those_games():
-    from rlid.pretrain import parse_env_entry, split_env_entries
+    from rlid.lm.pretrain import parse_env_entry, split_env_entries
 
     assert split_env_entries("keydoor[size=4, keys=2], crafting tw-simple[goal=brief]") == [
         "keydoor[size=4,keys=2]", "crafting", "tw-simple[goal=brief]",
@@ -364,10 +365,10 @@ def _limited_model(tokenizer, limit: int):
 def test_a_prompt_too_long_for_the_context_is_rendered_without_its_memory():
     from dataclasses import replace
 
-    from baselines.scoring import ScoringPolicy
-    from baselines.token_policy import TokenPolicy
-    from menus.prompt import render_decision_prompt, render_token_prompt
-    from menus.tokens import encode_prompt
+    from rlid.baselines.scoring import ScoringPolicy
+    from rlid.baselines.token.policy import TokenPolicy
+    from rlid.menus.prompt import render_decision_prompt, render_token_prompt
+    from rlid.menus.tokens import encode_prompt
 
     tokenizer = build_tiny_tokenizer()
     observations, infos = _batch(2)
@@ -513,7 +514,7 @@ def test_num_games_widens_the_pool_of_training_games_the_corpus_plays(monkeypatc
 def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_is_cut():
     import re
 
-    from rlid.pretrain import transcripts
+    from rlid.lm.pretrain import transcripts
 
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, walkthrough_episodes=3)
@@ -536,9 +537,9 @@ def test_labels_set_the_corpus_menus_and_a_walkthrough_stops_where_its_command_i
 def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_default():
     import re
 
-    import rlid.pretrain.build as pretrain_mod
-    from menus.labels import parse_alphabet
-    from rlid.pretrain import transcripts
+    import rlid.lm.pretrain.build as pretrain_mod
+    from rlid.lm.pretrain import transcripts
+    from rlid.menus.labels import parse_alphabet
 
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("keydoor",), episodes_per_env=6, walkthrough_episodes=2, labels="auto")
@@ -576,9 +577,9 @@ def test_spread_labels_make_labels_beyond_the_largest_menu_answers_and_keep_the_
 def test_afterstate_play_answers_with_the_rows_the_menu_marks_best():
     import re
 
-    import rlid.pretrain.build as pretrain_mod
-    from envs.outcome import best_rows
-    from rlid.pretrain import transcripts
+    import rlid.lm.pretrain.build as pretrain_mod
+    from rlid.envs.outcome import best_rows
+    from rlid.lm.pretrain import transcripts
 
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("crafting",), episodes_per_env=8, max_episode_steps=12)
@@ -611,7 +612,7 @@ def test_afterstate_play_answers_with_the_rows_the_menu_marks_best():
 
 
 def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
-    from rlid.pretrain import transcripts
+    from rlid.lm.pretrain import transcripts
 
     tokenizer = build_tiny_tokenizer()
     base = dict(envs=("keydoor",), episodes_per_env=1, max_episode_steps=3, walkthrough_episodes=1)
@@ -639,8 +640,8 @@ def test_memory_sets_the_corpus_prompts_memory_line_and_a_bad_kind_is_refused():
 def test_size_builds_the_preset_architecture_and_an_unknown_size_is_refused(tmp_path):
     import json
 
-    from rlid.models import MODEL_SIZES
-    from rlid.starts import load_policy_model
+    from rlid.lm.models import MODEL_SIZES
+    from rlid.lm.starts import load_policy_model
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=1, steps=1, batch_size=2,
@@ -660,7 +661,7 @@ def test_size_builds_the_preset_architecture_and_an_unknown_size_is_refused(tmp_
 def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_path, capsys):
     import json
 
-    from rlid.pretrain import training_sequences, transcripts
+    from rlid.lm.pretrain import training_sequences, transcripts
 
     tokenizer = build_tiny_tokenizer()
     config = PretrainConfig(
@@ -685,8 +686,8 @@ def test_sequences_over_max_tokens_are_counted_per_env_printed_and_recorded(tmp_
     saved = json.loads((tmp_path / "m" / "pretrain.json").read_text())
     assert saved["dropped"] == info["dropped"]
     # what wrote the weights: their hash (as a run's start_model records it) and the code
+    from rlid.lm.starts import model_pin
     from rlid.runs.software import software_record
-    from rlid.starts import model_pin
 
     assert saved["sha256"] == model_pin(str(tmp_path / "m"))["sha256"]
     assert saved["software"] == json.loads(json.dumps(software_record()))
@@ -701,7 +702,7 @@ def test_sigterm_saves_the_pretraining_step_and_the_build_resumes_from_it(
     an uninterrupted build."""
     import signal
 
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
     from rlid.runs.stop import RunStopped
 
     config = PretrainConfig(
@@ -737,7 +738,7 @@ def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
 ):
     import shutil
 
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
     from rlid.runs.state import load_state, save_state
 
     config = PretrainConfig(
@@ -767,7 +768,7 @@ def test_a_resumed_pretraining_checks_its_kept_corpus_and_replays_a_missing_one(
 
 
 def test_length_pieces_by_hand():
-    from rlid.pretrain.lm import length_pieces
+    from rlid.lm.pretrain.lm import length_pieces
 
     lengths = [5, 100, 7, 30, 6]
     assert length_pieces(lengths, 0) == [[0, 1, 2, 3, 4]]  # off: the batch as it is
@@ -781,8 +782,8 @@ def test_length_pieces_by_hand():
 def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_weight):
     """``max_batch_tokens``: pieces of a length-sorted batch, each divided by the whole
     batch's weight, add up to the loss and gradient of the batch padded as one."""
-    from rlid.pretrain import training_sequences
-    from rlid.pretrain.lm import batch_backward
+    from rlid.lm.pretrain import training_sequences
+    from rlid.lm.pretrain.lm import batch_backward
 
     tokenizer = build_tiny_tokenizer()
     config = PretrainConfig(
@@ -798,7 +799,7 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
         model = build_tiny_model(tokenizer, seed=3)
         loss = batch_backward(model, batch, tokenizer.pad_token_id, answer_weight, max_tokens)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
-    from rlid.pretrain.lm import length_pieces
+    from rlid.lm.pretrain.lm import length_pieces
 
     assert len(length_pieces([len(ids) for ids, _ in batch], 2 * lengths[-1])) > 1
     (one_loss, one), (split_loss, split) = grads
@@ -810,8 +811,8 @@ def test_a_batch_in_pieces_has_the_one_padded_batchs_loss_and_gradient(answer_we
 
 
 def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_path, monkeypatch):
-    import rlid.pretrain.build as pretrain_mod
-    from rlid.pretrain.build import load_unfinished
+    import rlid.lm.pretrain.build as pretrain_mod
+    from rlid.lm.pretrain.build import load_unfinished
 
     config = PretrainConfig(
         envs=("keydoor",), episodes_per_env=1, max_episode_steps=2, steps=5, batch_size=2,
@@ -831,7 +832,7 @@ def test_the_model_of_an_unfinished_build_loads_as_of_its_last_checkpoint(tmp_pa
 def test_pretrain_snapshot_saves_the_unfinished_build_as_a_model_dir(tmp_path, monkeypatch, capsys):
     import json
 
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
     from rlid.cli.main import main
 
     config = PretrainConfig(
@@ -887,7 +888,7 @@ def test_measuring_a_prompt_over_the_context_prints_no_transformers_warning(capf
     tokenizer's "will result in indexing errors" warning would only mislead."""
     import logging
 
-    from menus.tokens import encode_prompt
+    from rlid.menus.tokens import encode_prompt
 
     tokenizer = build_tiny_tokenizer()
     seen: list[str] = []

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from menus import (
+from rlid.menus import (
     ANSWER_CUE,
     COMMAND_CUE,
     Interface,
@@ -211,7 +211,7 @@ def test_menu_for_step_follows_the_interface():
 
 
 def test_steps_left_is_shown_to_both_planes_only_when_asked(plain_tok):
-    import envs
+    from rlid import envs
 
     env = envs.make("keydoor", size=3, keys=0, distractors=0, max_episode_steps=5)
     obs, info = env.reset(seed=0)

@@ -8,9 +8,9 @@ import string
 import pytest
 import torch
 
-from rlid.models import build_tiny_model
-from rlid.readout import label_logprobs, pad_label_ids, readout_from_ids, tokenize_prompts
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_tiny_model
+from rlid.lm.readout import label_logprobs, pad_label_ids, readout_from_ids, tokenize_prompts
+from rlid.lm.tokenizer import build_tiny_tokenizer
 
 ACTIONS = [
     ("go east", "you will be in the studio"),

@@ -21,10 +21,15 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.scoring import ScoringPolicy
-from baselines.token_policy import TokenPolicy
-from menus import (
+from rlid import envs
+from rlid.audit.exact import continuation_ids as audit_continuation_ids
+from rlid.baselines.scoring import ScoringPolicy
+from rlid.baselines.token.policy import TokenPolicy
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.readout import tokenize_prompts
+from rlid.lm.starts import load_policy_model
+from rlid.lm.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
+from rlid.menus import (
     Interface,
     command_completion,
     command_context,
@@ -33,18 +38,13 @@ from menus import (
     render_decision_prompt,
     render_token_prompt,
 )
-from menus.tokens import (
+from rlid.menus.tokens import (
     adds_special_tokens,
     continuation_ids,
     encode,
     encode_prompt,
     special_prefix,
 )
-from rlid.audit.exact import continuation_ids as audit_continuation_ids
-from rlid.policy import DecisionPolicy
-from rlid.readout import tokenize_prompts
-from rlid.starts import load_policy_model
-from rlid.tokenizer import CHATML_TEMPLATE, qwen_bpe_tokenizer
 
 # Llama-2's chat format: the answer follows "[/INST]" after a space ("[/INST] A</s>").
 LLAMA2_TEMPLATE = (
@@ -167,7 +167,7 @@ def test_prompts_get_the_bos_the_tokenizer_uses(mistral, qwen):
     assert encode_prompt(qtok, "Answer:") == encode(qtok, "Answer:") == [16141, 25]
 
     # encode_prompt is the text's ids after special_prefix(text) unless they start with it
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid.lm.tokenizer import build_tiny_tokenizer
 
     tiny = build_tiny_tokenizer()
     samples = [(tok, "Answer:"), (chat, text), (tok, "<s> A"), (qtok, "Answer:"), (tok, ""),
@@ -352,8 +352,8 @@ def test_continuations_after_the_last_line_equal_the_whole_prompts(
     """A scoring prompt over the 404 actions of a real ScienceWorld state: every
     continuation's ids equal those encoded after the whole prompt, whichever way
     continuation_ids took (the last line where the newline is a clean boundary)."""
-    from menus.tokens import _last_line
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid.lm.tokenizer import build_tiny_tokenizer
+    from rlid.menus.tokens import _last_line
 
     tok = build_tiny_tokenizer() if vocab == "tiny" else request.getfixturevalue(vocab)[1]
     if template is not None:

@@ -18,17 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from menus import Interface
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.models import save_policy_model
+from rlid.core import train as trainer_mod
+from rlid.lm.models import save_policy_model
+from rlid.lm.start_files import play_cache_dir
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock, RunLockedError, recorded_holder
 from rlid.runs.log import NonFiniteError, RunLog
 from rlid.runs.state import load_state, save_state
-from rlid.start_files import play_cache_dir
-from rlid.starts import load_policy_model
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 ROOT = Path(__file__).resolve().parents[1]
@@ -671,7 +671,7 @@ def test_resume_removes_what_a_save_killed_mid_write_left(
 
 
 def test_a_pretraining_build_removes_what_a_save_killed_mid_write_left(tmp_path, monkeypatch):
-    import rlid.pretrain.build as pretrain_mod
+    import rlid.lm.pretrain.build as pretrain_mod
 
     out = tmp_path / "start"
     work = pretrain_mod.work_dir(out)
@@ -738,14 +738,14 @@ def test_a_restart_before_the_first_checkpoint_keeps_the_before_eval_of_the_same
     """Killed in iteration 1, the run restarts from scratch; its held-out evaluation of
     the starting model is kept only where the same code would compute it again on the
     same weights (a pin with no sha256, e.g. a warm start not built yet, is not known)."""
-    import rlid.loop
+    import rlid.core.loop
     import rlid.runs.log as log_mod
 
     if not weights_known:
         unknown = {"model": "tiny-random", "origin": "warm", "path": None, "sha256": None}
-        monkeypatch.setattr(rlid.loop, "model_pin", lambda name: unknown)
+        monkeypatch.setattr(rlid.core.loop, "model_pin", lambda name: unknown)
 
-    real_update, real_evaluate = trainer_mod.ppo_update, rlid.loop.HeldOut.evaluate
+    real_update, real_evaluate = trainer_mod.ppo_update, rlid.core.loop.HeldOut.evaluate
     evaluated: list[str] = []
 
     def counted(self, ctx, when):
@@ -757,7 +757,7 @@ def test_a_restart_before_the_first_checkpoint_keeps_the_before_eval_of_the_same
 
     record = {"rlid": "0", "git": {"commit": "a" * 40, "uncommitted_changes": False}}
     monkeypatch.setattr(log_mod, "software_record", lambda: record)
-    monkeypatch.setattr(rlid.loop.HeldOut, "evaluate", counted)
+    monkeypatch.setattr(rlid.core.loop.HeldOut, "evaluate", counted)
     monkeypatch.setattr(trainer_mod, "ppo_update", killed)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
@@ -1063,7 +1063,7 @@ def test_stop_signal_hooks_run_on_the_first_signal_and_before_stopping_at_once(c
 def test_a_quiet_run_stopped_exits_with_its_code_and_prints_nothing(monkeypatch, capsys):
     import signal
 
-    from rlid import loop
+    from rlid.core import loop
     from rlid.runs.stop import RunStopped
 
     def stopped(*args, **kwargs):  # as a rank other than the writer stops

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.config import ScoringConfig
-from baselines.scoring import ScoringPolicy
-from menus import Interface, command_completion, render_token_prompt
-from rlid.budget import Budget
-from rlid.policy import ValueHead
-from rlid.starts import load_policy_model
-from rlid.trainer import train
+from rlid import envs
+from rlid.baselines.scoring import ScoringPolicy
+from rlid.config.budget import Budget
+from rlid.config.planes import ScoringConfig
+from rlid.core.records import ValueHead
+from rlid.core.train import train
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface, command_completion, render_token_prompt
 
 INTERFACE = Interface(memory="none")
 
@@ -146,8 +146,8 @@ def test_a_micro_batched_rollout_equals_one_forward(tiny):
 
 def test_without_a_cache_the_shared_prompt_falls_back_to_full_sequences(tiny):
     """Gradient checkpointing in train mode drops the KV cache: one sequence per action."""
-    from baselines.engine import shared_prompt_logprobs
-    from rlid.hardware import enable_gradient_checkpointing
+    from rlid.baselines.engine import shared_prompt_logprobs
+    from rlid.lm.hardware import enable_gradient_checkpointing
 
     _, tokenizer = tiny
     model, _ = load_policy_model("tiny-random")
@@ -225,7 +225,7 @@ def test_scoring_plane_trains_through_decision_ppo(tmp_path):
 # ------------------------------------------------- large menus: completions packed per row
 def test_packed_mask_by_hand():
     """Two completions side by side after a left-padded prompt, then one padding column."""
-    from baselines.engine import packed_mask
+    from rlid.baselines.engine import packed_mask
 
     prompt_mask = torch.tensor([[0, 1, 1]])
     segments = torch.tensor([[0, 0, 1, -1]])
@@ -245,7 +245,7 @@ def test_packed_mask_by_hand():
 
 def test_token_logprobs_by_hand_in_blocks(monkeypatch):
     """log_softmax(logits / T)[target] and its gradient onehot - softmax, over 1/T."""
-    from baselines import engine
+    from rlid.baselines import engine
 
     third = torch.tensor([[0.0, float(np.log(3.0))]], requires_grad=True)
     for temperature, p1 in ((1.0, 0.75), (0.5, 0.9)):  # softmax([0, 2 ln 3]) = [0.1, 0.9]
@@ -274,7 +274,7 @@ def test_token_logprobs_by_hand_in_blocks(monkeypatch):
 def test_pack_rows_by_hand():
     """The widest row of splitting each menu over ``copies`` rows sets the width; each
     menu then fills rows of it in order, so a small menu beside a large one takes few."""
-    from baselines.engine import pack_rows
+    from rlid.baselines.engine import pack_rows
 
     # menu 0: 5 completions of 3 tokens, copies 2 -> rows of 3 and 2: width 9;
     # menu 1: 2 completions of 2 tokens fit one row of 9 (split evenly: two rows)
@@ -315,7 +315,7 @@ def _ragged_menus(vocab, counts=(9, 12, 5), prompt_lengths=(30, 23, 17)):
 
 
 def _logp_and_grads(model, prompts, menus, pad, **kwargs):
-    from baselines.engine import shared_prompt_logprobs
+    from rlid.baselines.engine import shared_prompt_logprobs
 
     model.zero_grad()
     logp, mask, hidden = shared_prompt_logprobs(model, prompts, menus, pad, **kwargs)
@@ -330,7 +330,7 @@ def test_packed_completions_equal_one_row_each_and_the_full_sequences(attention,
     """Packing completions side by side (``pack_rows``) changes rounding only: the same
     log-probs as one row per completion and as each prompt + completion run alone,
     and the same gradients (prompt and completions, the value's hidden state too)."""
-    from baselines.engine import completion_logprobs
+    from rlid.baselines.engine import completion_logprobs
 
     torch.manual_seed(0)
     model, tokenizer = load_policy_model("tiny-random")
@@ -356,7 +356,7 @@ def test_menus_within_the_copies_keep_one_row_per_completion_bit_for_bit(tiny, m
     """Menus of up to SHARED_COPIES actions (every setting but ScienceWorld's) run the
     one-row-per-completion path, so earlier runs are unchanged; a model whose attention
     takes no 4D mask keeps that path at any size."""
-    import baselines.engine as engine
+    import rlid.baselines.engine as engine
 
     model, tokenizer = tiny
     pad = tokenizer.pad_token_id

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rlid.flags import add_dataclass_arguments, given_values
-from rlid.pretrain import PretrainConfig
-from rlid.start_files import (
+from rlid.config.flags import add_dataclass_arguments, given_values
+from rlid.lm.pretrain import PretrainConfig
+from rlid.lm.start_files import (
     TINY_NAME,
     TINY_RANDOM_NAME,
     check_shipped,
@@ -24,7 +24,7 @@ from rlid.start_files import (
     read_manifest,
     shipped_dir,
 )
-from rlid.starts import load_policy_model, model_pin
+from rlid.lm.starts import load_policy_model, model_pin
 
 ROOT = Path(__file__).resolve().parents[1]
 

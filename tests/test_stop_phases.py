@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rlid import loop
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
+from rlid.core import loop
+from rlid.core import train as trainer_mod
 from rlid.runs.dir import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

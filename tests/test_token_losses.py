@@ -10,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baselines.losses import (
+from rlid.core.advantages import group_relative_advantages
+from rlid.losses.token import (
     MISMATCH_RULES,
     VARIANTS,
     TokenLoss,
@@ -18,7 +19,6 @@ from baselines.losses import (
     overlong_penalty,
     token_policy_loss,
 )
-from rlid.advantages import group_relative_advantages
 
 DT = torch.float64
 GARBAGE = 123.0  # masked positions; the tests below also try -inf, nan and huge values
@@ -513,7 +513,7 @@ def test_unit_ratio_gives_minus_aggregated_advantage(batch, variant):
 # --- advantages and shaping ------------------------------------------------------
 def group_advantages(rewards: torch.Tensor, **kwargs) -> torch.Tensor:
     """(N, G) rewards -> (N, G) advantages through the one group-advantage function both
-    planes use (rlid.advantages.group_relative_advantages), groups as rows."""
+    planes use (rlid.core.advantages.group_relative_advantages), groups as rows."""
     ids = (
         torch.arange(rewards.shape[0]).repeat_interleave(rewards.shape[1])
         if rewards.dim() == 2

@@ -10,18 +10,18 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import envs
-from baselines.engine import (
+from rlid import envs
+from rlid.baselines.engine import (
     ENGINES,
     completion_logprobs,
     make_engine,
     stop_token_ids,
 )
-from baselines.parse import ARTICLES, normalise_command, parse_action
-from baselines.token_policy import TokenPolicy
-from menus import Interface, parse_command
-from rlid.budget import Budget
-from rlid.starts import load_policy_model
+from rlid.baselines.token.parse import ARTICLES, normalise_command, parse_action
+from rlid.baselines.token.policy import TokenPolicy
+from rlid.config.budget import Budget
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface, parse_command
 
 # --------------------------------------------------------------------------- parse rule
 WORDS = st.sampled_from(["go", "east", "take", "brass", "key", "open", "oak", "door", "look"])

@@ -8,25 +8,25 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.engine import completion_logprobs
-from baselines.token_policy import Generation, TokenPolicy
-from baselines.token_trainer import (
+from rlid import envs
+from rlid.baselines.engine import completion_logprobs
+from rlid.baselines.token.policy import Generation, TokenPolicy
+from rlid.baselines.token.train import (
     rollout,
     round_reset_seeds,
     shaped_return,
     token_advantages,
     train_token,
 )
-from menus import Interface, command_completion, render_token_prompt
-from rlid.budget import Budget
 from rlid.config import TrainConfig
-from rlid.loop import RunContext, make_envs
-from rlid.models import save_policy_model
-from rlid.rollout import Episode
+from rlid.config.budget import Budget
+from rlid.core.loop import RunContext, make_envs
+from rlid.core.rollout import Episode
+from rlid.core.seeds import make_reset_seeds
+from rlid.lm.models import save_policy_model
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface, command_completion, render_token_prompt
 from rlid.runs.log import RunLog
-from rlid.seeds import make_reset_seeds
-from rlid.starts import load_policy_model
 
 INTERFACE = Interface(memory="none")
 GAME = {"size": 2, "keys": 0, "distractors": 0, "max_episode_steps": 3}
@@ -167,7 +167,7 @@ def test_dynamic_sampling_filters_on_task_outcomes_not_shaping(monkeypatch):
         mixed[-1].won = True
         return failed + mixed
 
-    monkeypatch.setattr("baselines.token_trainer.play_groups", fake_collect)
+    monkeypatch.setattr("rlid.baselines.token.train.play_groups", fake_collect)
     config = _config("tiny", algo="dapo", invalid_penalty=-0.5, max_gen_batches=1)
     budget = Budget()
     result = rollout(RunContext(config, budget=budget), None, [], 1)  # type: ignore[arg-type]
@@ -240,7 +240,7 @@ def test_sigterm_stops_the_token_plane_after_a_checkpointed_iteration(
 ):
     import signal
 
-    from baselines import token_trainer
+    from rlid.baselines.token import train as token_trainer
     from rlid.runs.stop import RunStopped
 
     config = _config(commanding_model, steps=30, checkpoint_every=100)

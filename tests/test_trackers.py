@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from menus import Interface
 from rlid.cli.main import main as cli_main
 from rlid.config import TrainConfig
-from rlid.names import TRACKERS, parse_report_to
+from rlid.config.names import TRACKERS, parse_report_to
+from rlid.menus import Interface
 from rlid.runs.dir import read_json, read_metrics
 from rlid.runs.trackers import RunTrackers, flatten_row
 
@@ -77,7 +77,7 @@ def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def test_tensorboard_events_of_a_training_run_read_back(tmp_path):
     pytest.importorskip("tensorboard", reason="the test extra installs tensorboard")
-    from rlid import trainer
+    from rlid.core import train as trainer
 
     config = TrainConfig(
         model="tiny-random",  # mixed outcomes: an update (and its loss) every iteration
@@ -148,7 +148,7 @@ def test_mlflow_file_store_reads_back(tmp_path, monkeypatch):
 
 
 def test_library_train_fails_before_writing_when_a_tracker_is_missing(tmp_path, monkeypatch):
-    from rlid import trainer
+    from rlid.core import train as trainer
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from menus import Interface
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.loop import RunContext
-from rlid.optim import Stepper
+from rlid.core import train as trainer_mod
+from rlid.core.loop import RunContext
+from rlid.core.train import DecisionBatch, preflight_menu_sizes
+from rlid.lm.optim import Stepper
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 from rlid.runs.dir import read_metrics
-from rlid.starts import load_policy_model
-from rlid.trainer import DecisionBatch, preflight_menu_sizes
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 
@@ -117,7 +117,7 @@ def test_killed_run_resumes_to_the_same_parameters_and_metrics(
 
 
 def test_a_checkpoint_is_due_by_iterations_budget_or_minutes(tmp_path):
-    from rlid.budget import Budget
+    from rlid.config.budget import Budget
     from rlid.runs.log import RunLog
 
     config = small_config(steps=100, checkpoint_every=10, checkpoint_minutes=1.0)
@@ -204,7 +204,7 @@ def test_toml_config_and_flags(tmp_path):
     )
     import argparse
 
-    from rlid.config import add_config_arguments, config_from_args
+    from rlid.config.run import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)
@@ -221,11 +221,11 @@ def test_toml_config_and_flags(tmp_path):
 def test_no_optimizer_step_when_there_is_nothing_to_learn():
     import numpy as np
 
-    import envs
-    from rlid.budget import Budget
-    from rlid.models import build_tiny_model
-    from rlid.policy import DecisionPolicy
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid import envs
+    from rlid.config.budget import Budget
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.models import build_tiny_model
+    from rlid.lm.tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)
@@ -258,11 +258,11 @@ def test_no_optimizer_step_when_there_is_nothing_to_learn():
 def test_label_mass_penalty_raises_the_label_mass():
     import numpy as np
 
-    import envs
-    from rlid.budget import Budget
-    from rlid.models import build_tiny_model
-    from rlid.policy import DecisionPolicy
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid import envs
+    from rlid.config.budget import Budget
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.models import build_tiny_model
+    from rlid.lm.tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)
@@ -297,12 +297,12 @@ def test_label_mass_penalty_raises_the_label_mass():
 def test_position_penalty_lowers_the_preference_for_menu_positions():
     import numpy as np
 
-    import envs
-    from rlid.budget import Budget
-    from rlid.models import build_tiny_model
-    from rlid.policy import DecisionPolicy
-    from rlid.ppo import label_marginal_kl_uniform
-    from rlid.tokenizer import build_tiny_tokenizer
+    from rlid import envs
+    from rlid.config.budget import Budget
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.models import build_tiny_model
+    from rlid.lm.tokenizer import build_tiny_tokenizer
+    from rlid.losses.decision import label_marginal_kl_uniform
 
     tokenizer = build_tiny_tokenizer()
     env = envs.make("keydoor", size=2, game_seed=0)
@@ -348,7 +348,7 @@ def test_position_penalty_is_for_the_decision_plane():
 
 
 def test_eval_of_a_model_as_it_is_equals_the_runs_before_and_after_rows(tmp_path, capsys):
-    from rlid.agents import EvalRequest, evaluate_model, evaluate_run
+    from rlid.agents.agent import EvalRequest, evaluate_model, evaluate_run
 
     config = small_config(eval_episodes=5)
     run = Path(trainer_mod.train(config, tmp_path / "run", progress=False).path)
@@ -424,7 +424,7 @@ def test_step_level_group_advantages_train_and_are_recorded(tmp_path):
 
 
 def test_rows_labelled_beyond_the_warm_starts_answers_are_warned_about(capsys):
-    import envs
+    from rlid import envs
 
     env = envs.make("keydoor", size=3)
     interface = Interface(labels="A-Z", overflow="truncate")

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from menus import Interface
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy
-from rlid.ppo import PPOCoefs, decision_ppo_loss, exact_entropy
-from rlid.readout import left_pad_ids, pad_label_ids, readout_from_ids
-from rlid.tokenizer import build_tiny_tokenizer
-from rlid.tree_ppo import factored_ppo_loss
-from rlid.tree_readout import LevelReader, path_logprobs
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.models import build_tiny_model
+from rlid.lm.readout import left_pad_ids, pad_label_ids, readout_from_ids
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.lm.tree_readout import LevelReader, path_logprobs
+from rlid.losses.decision import PPOCoefs, decision_ppo_loss, exact_entropy
+from rlid.losses.tree import factored_ppo_loss
+from rlid.menus import Interface
 from tests.test_label_trees import science_menu
 
 INTERFACE = Interface(memory="none", afterstates=False)
@@ -286,10 +286,10 @@ def test_a_path_too_long_for_the_context_is_read_from_a_tree_that_fits(tok):
     """The 404-action ScienceWorld state under a context too short for the template
     tree's prompt and longest path but long enough for another of its refits: the policy
     reads it from the first refit that fits (LabelTree.refits), whole and exactly."""
-    from menus.prompt import render_decision_prompt
-    from menus.tokens import encode_prompt
-    from rlid.policy import tree_for_step
-    from rlid.tree_walk import longest_continuation
+    from rlid.decision.policy import tree_for_step
+    from rlid.decision.tree_walk import longest_continuation
+    from rlid.menus.prompt import render_decision_prompt
+    from rlid.menus.tokens import encode_prompt
 
     fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
     saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
@@ -330,10 +330,10 @@ def test_a_state_too_long_for_whole_rows_is_read_with_rows_cut_to_a_few_words(mo
     that fits: every path of it fits, and every action stays reachable."""
     from dataclasses import replace
 
-    from menus import label_set_for, render_decision_prompt
-    from menus.tokens import encode_prompt
-    from menus.tree_prompt import tree_for_step
-    from rlid.tree_walk import longest_continuation
+    from rlid.decision.tree_walk import longest_continuation
+    from rlid.menus import label_set_for, render_decision_prompt
+    from rlid.menus.tokens import encode_prompt
+    from rlid.menus.tree_prompt import tree_for_step
 
     saved = json.loads(
         (Path(__file__).with_name("data") / "scienceworld_long_names.json").read_text()
@@ -364,9 +364,9 @@ def test_longest_continuation_is_the_longest_walk_and_its_memo_changes_nothing(t
     brute force), with or without the memo; a second call with the memo filled encodes
     nothing, and a memo filled by one tree gives the same counts for another. One long
     path (one_long_path) is a lower bound of the longest."""
-    import rlid.tree_walk as tree_walk
-    from menus import label_set_for
-    from menus.tree_prompt import tree_for_step
+    import rlid.decision.tree_walk as tree_walk
+    from rlid.menus import label_set_for
+    from rlid.menus.tree_prompt import tree_for_step
 
     fixture = Path(__file__).with_name("data") / "scienceworld_states.json"
     saved = max(json.loads(fixture.read_text())["states"], key=lambda s: len(s["legal_actions"]))
@@ -407,7 +407,7 @@ def test_ruling_refits_out_by_one_path_picks_the_same_tree(model, tok, monkeypat
     0: never rules one out), with fewer full measurements."""
     from dataclasses import replace
 
-    import rlid.policy as policy_module
+    import rlid.decision.policy as policy_module
 
     saved = json.loads(
         (Path(__file__).with_name("data") / "scienceworld_long_names.json").read_text()

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.scoring import ScoringPolicy
-from menus import Interface
+from rlid import envs
 from rlid.audit.exact import float64_copy
 from rlid.audit.factored import factored_identity
 from rlid.audit.run import AUDIT_INTERFACE
 from rlid.audit.states import BUILTIN_STATES
+from rlid.baselines.scoring import ScoringPolicy
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
-from rlid.loop import run_training
+from rlid.core.loop import run_training
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 from rlid.runs.dir import read_metrics
-from rlid.starts import load_policy_model
 
 BIG_LAB = ["-o", "objects=20", "-o", "containers=8", "-o", "max_episode_steps=3"]
 # the scoring plane runs one continuation per legal action (its update too): 106 here
@@ -88,7 +88,7 @@ def test_a_run_whose_menus_fit_is_the_same_under_tree_and_error(tmp_path, untime
 @pytest.fixture(scope="module")
 def tree_rollout():
     """Decisions over lab states of 16 to 414 legal actions (paths and flat menus mixed)."""
-    from rlid.policy import DecisionPolicy
+    from rlid.decision.policy import DecisionPolicy
     from tests.test_microbatch import _tiny
 
     model, tokenizer = _tiny()
@@ -115,11 +115,12 @@ def test_the_tree_update_in_micro_batches_equals_one_batch(tree_rollout, micro):
     """PPO on joint actions through ppo_update: micro-batches of 1 and 4 take the step
     of one batch (every term divided by the minibatch's size), with a value head, the
     entropy and KL path estimates, the label-mass term and the position penalty."""
-    from rlid.loop import RunContext
-    from rlid.optim import Stepper
-    from rlid.policy import DecisionPolicy, ValueHead
-    from rlid.rollout import Episode
-    from rlid.trainer import DecisionBatch, attach_reference_logprobs, ppo_update
+    from rlid.core.loop import RunContext
+    from rlid.core.records import ValueHead
+    from rlid.core.rollout import Episode
+    from rlid.core.train import DecisionBatch, attach_reference_logprobs, ppo_update
+    from rlid.decision.policy import DecisionPolicy
+    from rlid.lm.optim import Stepper
     from tests.test_microbatch import _sgd_step_params, _tiny
 
     decisions, advantages = tree_rollout

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlid.cli import main as cli_main
-from rlid.models import save_policy_model
-from rlid.starts import load_policy_model
+from rlid.lm.models import save_policy_model
+from rlid.lm.starts import load_policy_model
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL = ["--env", "keydoor", "-o", "size=2", "--episodes", "1"]

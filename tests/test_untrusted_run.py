@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from menus import Interface
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
+from rlid.core import train as trainer_mod
+from rlid.menus import Interface
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}
 TRAIN = ["--model", "tiny-random", "--env", "keydoor", "-o", "size=2", "-o", "keys=0",

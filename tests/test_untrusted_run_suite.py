@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from menus import Interface
-from rlid import trainer as trainer_mod
 from rlid.cli import main as cli_main
 from rlid.config import TrainConfig
+from rlid.core import train as trainer_mod
+from rlid.menus import Interface
 from rlid.runs.dir import read_metrics
 
 TINY_ENV = {"size": 2, "keys": 0, "distractors": 1, "max_episode_steps": 6}

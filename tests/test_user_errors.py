@@ -12,8 +12,8 @@ import pytest
 
 from rlid.cli import main as cli_main
 from rlid.cli.main import error_message
-from rlid.models import save_policy_model
-from rlid.starts import load_policy_model
+from rlid.lm.models import save_policy_model
+from rlid.lm.starts import load_policy_model
 
 TRAIN = ["--model", "tiny-random", "--env", "keydoor", "-o", "size=2", "-o", "keys=0",
          "-o", "distractors=1", "--steps", "8", "--groups-per-iter", "2", "--group-size", "2",

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import envs
-from menus import Interface
-from rlid.budget import Budget, Timers
+from rlid import envs
 from rlid.cli.main import main as cli_main
-from rlid.evaluate import follow_walkthroughs
-from rlid.seeds import EVAL_SEED_BASE
+from rlid.config.budget import Budget, Timers
+from rlid.core.evaluate import follow_walkthroughs
+from rlid.core.seeds import EVAL_SEED_BASE
+from rlid.menus import Interface
 
 
 class _ScriptedGame:
@@ -155,8 +155,8 @@ def test_real_policies_are_walked_with_one_forward_per_state(plane, monkeypatch)
     # greedy decisions keep every row's log-prob, so the walk reads p from the forward
     # that chose the row; the numbers are those of scoring the decisions again
     from rlid.config import TrainConfig
-    from rlid.planes import get_plane
-    from rlid.starts import load_policy_model
+    from rlid.config.registry import get_plane
+    from rlid.lm.starts import load_policy_model
 
     model, tokenizer = load_policy_model("tiny-random")
     interface = Interface(memory="none")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from menus import Interface
 from rlid.config import TrainConfig
+from rlid.menus import Interface
 from rlid.runs.summary import write_summary
 
 
@@ -34,7 +34,7 @@ def _small(model: str) -> TrainConfig:
     ],
 )
 def test_run_summary_states_the_model_origin_first(tmp_path, model, origin, phrase):
-    from rlid import trainer
+    from rlid.core import train as trainer
 
     log = trainer.train(_small(model), tmp_path / "run", progress=False)
     lines = (Path(log.path) / "summary.md").read_text().splitlines()

@@ -1,8 +1,8 @@
 """BabyAI-Text: BabyAI's grid levels (minigrid) as text, the way GLAM plays them.
 
 ``babyai-text`` (Gymnasium ``rlid/BabyAIText-v0``) plays BabyAI missions through GLAM's
-text rendering of the agent's view and its six actions (:mod:`envs.babyai.env`), on
-GLAM's task mixtures and single BabyAI levels (:mod:`envs.babyai.catalog`). minigrid is
+text rendering of the agent's view and its six actions (:mod:`rlid.envs.babyai.env`), on
+GLAM's task mixtures and single BabyAI levels (:mod:`rlid.envs.babyai.catalog`). minigrid is
 an optional dependency (``pip install 'rlid[babyai]'``), imported when an env is made.
 
     >>> import envs
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.babyai.catalog import LEVELS, MIXED_TASKS
-from envs.registry import EnvSpec, Option, register
+from rlid.envs.babyai.catalog import LEVELS, MIXED_TASKS
+from rlid.envs.registry import EnvSpec, Option, register
 
 OPTIONS = {
     "level": Option(
@@ -38,7 +38,7 @@ OPTIONS = {
 
 def make_babyai_text(**options: Any):
     try:  # lazy: `import envs` must not need minigrid (the babyai extra)
-        from envs.babyai.env import BabyAITextEnv
+        from rlid.envs.babyai.env import BabyAITextEnv
     except ImportError as err:
         raise ImportError(
             f"babyai-text needs minigrid: pip install 'rlid[babyai]' (or minigrid>=3.0) ({err})"

@@ -1,11 +1,11 @@
 """``babyai-text``: BabyAI levels (minigrid) played through GLAM's text.
 
-Each reset draws a game seed of the split (``envs.base.split_game_seed``), builds the
+Each reset draws a game seed of the split (``rlid.envs.base.split_game_seed``), builds the
 level's minigrid env and resets it with that seed; the game's task, grid and mission
 are functions of the seed alone. What the policy sees:
 
 * observation: GLAM's sentences for the agent's 7x7 egocentric view
-  (:mod:`envs.babyai.text`); objective: the BabyAI mission ("go to the red ball");
+  (:mod:`rlid.envs.babyai.text`); objective: the BabyAI mission ("go to the red ball");
 * legal actions: GLAM's six, in every state: ``turn left``, ``turn right``, ``go
   forward``, ``pick up``, ``drop``, ``toggle`` (minigrid's actions 0-5; ``done`` is
   left out, as GLAM does). One that does nothing here (``drop`` with empty hands,
@@ -21,7 +21,7 @@ are functions of the seed alone. What the policy sees:
 * afterstates (exact): for each of the six actions a deep copy of the minigrid env (a
   pickle round trip of the whole env), stepped once, rendered in the same text, with
   the built-in games' outcome note when it ends the game: ``"... (+1 point, you
-  win)"`` or ``"... (you lose)"`` (read by :func:`envs.outcome.read_outcome`). An
+  win)"`` or ``"... (you lose)"`` (read by :func:`rlid.envs.outcome.read_outcome`). An
   afterstate without a note equals the next observation; with one, it is the next
   observation plus the note;
 * walkthrough: BabyAI's bot (``minigrid.utils.baby_ai_bot.BabyAIBot``) run on a fresh
@@ -50,10 +50,10 @@ from typing import Any
 
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
-from envs.babyai import levels
-from envs.babyai.catalog import LEVELS, MIXED_TASKS, MIXTURES, game_task
-from envs.babyai.text import describe_view, observation_text
-from envs.base import TextGameEnv, split_game_seed
+from rlid.envs.babyai import levels
+from rlid.envs.babyai.catalog import LEVELS, MIXED_TASKS, MIXTURES, game_task
+from rlid.envs.babyai.text import describe_view, observation_text
+from rlid.envs.base import TextGameEnv, split_game_seed
 
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 ACTION_IDS = {name: index for index, name in enumerate(ACTIONS)}  # minigrid's action ids
@@ -118,11 +118,11 @@ class BabyAITextEnv(TextGameEnv):
     """The ``babyai-text`` env (options: see ``rlid envs babyai-text``).
 
     Args:
-        level: a key of :data:`envs.babyai.catalog.LEVELS`.
+        level: a key of :data:`rlid.envs.babyai.catalog.LEVELS`.
         task: ``"any"``, or one of GLAM's five tasks to pin a mixture level to.
         split, game_seed, num_games: the game pool (train / held-out seed ranges).
         max_episode_steps: ``None`` = BabyAI's per-mission limit.
-        afterstates, render_mode: see :class:`envs.base.TextGameEnv`.
+        afterstates, render_mode: see :class:`rlid.envs.base.TextGameEnv`.
     """
 
     env_id = "babyai-text"

@@ -2,7 +2,7 @@
 
 ``GoToLocal``, ``PutNextLocal`` and ``UnlockLocal`` are minigrid's classes as they are.
 ``PickupLocal`` is GLAM's variant of BabyAI's (the colour is always named), and the
-five tasks of GLAM's mixtures (:mod:`envs.babyai.catalog`) are :class:`MixedTask`,
+five tasks of GLAM's mixtures (:mod:`rlid.envs.babyai.catalog`) are :class:`MixedTask`,
 written here on minigrid's ``RoomGridLevel`` from the rules of GLAM's level code: where
 GLAM regenerates the room until a mission passes its word filter and every object is
 reachable, this raises minigrid's ``RejectSampling``, which regenerates the whole grid
@@ -37,7 +37,7 @@ from minigrid.envs.babyai.core.verifier import (  # noqa: E402
     PutNextInstr,
 )
 
-from envs.babyai.catalog import DOOR_COLOR_NAMED, DOOR_COLORS, EXCLUDED_WORDS  # noqa: E402
+from rlid.envs.babyai.catalog import DOOR_COLOR_NAMED, DOOR_COLORS, EXCLUDED_WORDS  # noqa: E402
 
 ROOM_SIZE = 8
 NUM_DISTRACTORS = 8
@@ -70,7 +70,7 @@ class PickupLocal(RoomGridLevel):
 class MixedTask(RoomGridLevel):
     """One task of GLAM's mixtures (``goto``, ``pickup``, ``open``, ``putnext``,
     ``pickup-seq-goto``) under one mixture's word filter (``mixture``: a key of
-    :data:`envs.babyai.catalog.EXCLUDED_WORDS`)."""
+    :data:`rlid.envs.babyai.catalog.EXCLUDED_WORDS`)."""
 
     def __init__(
         self,
@@ -176,7 +176,7 @@ class MixedTask(RoomGridLevel):
 
 def make_level(level: str, task: str, *, max_steps: int | None) -> RoomGridLevel:
     """A fresh minigrid level env for ``level`` playing ``task`` (see
-    :func:`envs.babyai.catalog.game_task`); ``max_steps=None`` keeps BabyAI's limit
+    :func:`rlid.envs.babyai.catalog.game_task`); ``max_steps=None`` keeps BabyAI's limit
     (room size squared, times rooms, times the navigations the mission needs)."""
     if level in EXCLUDED_WORDS:
         return MixedTask(task, level, max_steps=max_steps)

@@ -1,12 +1,12 @@
 """Built-in pure-Python text games (registered on import).
 
 * ``keydoor`` -- find keys, unlock doors, reach the goal room
-  (:mod:`envs.builtin.keydoor`).
+  (:mod:`rlid.envs.builtin.keydoor`).
 * ``crafting`` -- gather ingredients, process them in order with the right tools,
-  combine at the workbench; wrong processing loses (:mod:`envs.builtin.crafting`).
+  combine at the workbench; wrong processing loses (:mod:`rlid.envs.builtin.crafting`).
 * ``lab`` -- a ScienceWorld-like bench whose legal actions are every template x
   object command (16 to 414 of them): the small game for label trees
-  (:mod:`envs.builtin.lab`).
+  (:mod:`rlid.envs.builtin.lab`).
 
 All three are deterministic given the game seed, give exact afterstates, step in well
 under a millisecond and report an optimal ``walkthrough`` at reset::
@@ -20,10 +20,10 @@ under a millisecond and report an optimal ``walkthrough`` at reset::
 
 from __future__ import annotations
 
-from envs.builtin.crafting import CraftingEnv
-from envs.builtin.keydoor import KeyDoorEnv
-from envs.builtin.lab import LabEnv
-from envs.registry import EnvSpec, Option, register
+from rlid.envs.builtin.crafting import CraftingEnv
+from rlid.envs.builtin.keydoor import KeyDoorEnv
+from rlid.envs.builtin.lab import LabEnv
+from rlid.envs.registry import EnvSpec, Option, register
 
 # The built-in games are short: truncate at max(20, 2 x the optimal length) by default.
 _STEP_LIMIT = Option(

@@ -32,8 +32,8 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
-from envs.base import TextGameEnv, split_game_seed
-from envs.registry import COMMON_OPTIONS, Option
+from rlid.envs.base import TextGameEnv, split_game_seed
+from rlid.envs.registry import COMMON_OPTIONS, Option
 
 DIRECTIONS = ("north", "south", "east", "west")
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
@@ -225,7 +225,7 @@ def load_game(
 class BuiltinGameEnv(TextGameEnv):
     """A :class:`TextGameEnv` playing one generated game of a :class:`GameRules` class.
 
-    Each ``reset`` picks a game seed of the split (``envs.base.split_game_seed``),
+    Each ``reset`` picks a game seed of the split (``rlid.envs.base.split_game_seed``),
     generates that game (cached) and starts it. The current game and state are
     exposed as ``env.rules`` and ``env.state`` (immutable; handy for tests and
     planners).

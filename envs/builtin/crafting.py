@@ -48,14 +48,14 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from envs.builtin.common import (
+from rlid.envs.builtin.common import (
     BuiltinGameEnv,
     GameRules,
     grow_tree_map,
     join_words,
     with_article,
 )
-from envs.registry import Option
+from rlid.envs.registry import Option
 
 ROOM_NAMES = ("kitchen", "pantry", "garden", "cellar", "shed", "porch", "larder", "yard")
 INGREDIENTS = (

@@ -40,7 +40,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from envs.builtin.common import (
+from rlid.envs.builtin.common import (
     BuiltinGameEnv,
     GameRules,
     grow_tree_map,
@@ -49,7 +49,7 @@ from envs.builtin.common import (
     room_path,
     with_article,
 )
-from envs.registry import Option
+from rlid.envs.registry import Option
 
 ROOM_NAMES = (
     "kitchen", "studio", "hallway", "library", "cellar", "attic", "bedroom", "pantry",

@@ -40,8 +40,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any
 
-from envs.builtin.common import BuiltinGameEnv, GameRules, join_words, with_article
-from envs.registry import Option
+from rlid.envs.builtin.common import BuiltinGameEnv, GameRules, join_words, with_article
+from rlid.envs.registry import Option
 
 SOLIDS = (
     "red apple", "glass marble", "iron nail", "wooden block", "steel spoon", "brass coin",

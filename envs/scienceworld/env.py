@@ -1,4 +1,4 @@
-"""ScienceWorld behind the :class:`envs.base.TextGameEnv` contract.
+"""ScienceWorld behind the :class:`rlid.envs.base.TextGameEnv` contract.
 
 * game: one variation of one task, drawn from the benchmark's split (``specs``);
 * observation: the simulator's answer to each command; at reset, the room's
@@ -13,12 +13,12 @@
 * score: the simulator's 0-1 score times 100, rounded; reward = score delta; won when the
   task is completed (score 100), lost when the simulator fails it (its score goes
   negative; the reported score is then 0, so the failure takes back the points earned);
-* walkthrough: the benchmark's gold path in legal actions (:mod:`envs.scienceworld.gold`);
+* walkthrough: the benchmark's gold path in legal actions (:mod:`rlid.envs.scienceworld.gold`);
 * afterstates: none. The simulator has no state copy, so nothing can predict an
   action's outcome short of playing it; with ``afterstates=True`` every row's afterstate
   is the empty string, which menus do not show.
 
-The simulator runs in this process's ScienceWorld JVM (:mod:`envs.jvm`), one simulator
+The simulator runs in this process's ScienceWorld JVM (:mod:`rlid.envs.jvm`), one simulator
 object per env, started at the first reset.
 
     >>> import envs
@@ -35,12 +35,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envs.base import TextGameEnv
-from envs.jvm import SCIENCEWORLD, EngineLease, engine_errors
-from envs.scienceworld import gold as gold_paths
-from envs.scienceworld import parser
-from envs.scienceworld.jvm_state import PerSimulator
-from envs.scienceworld.tasks import TASKS, simplification_string
+from rlid.envs.base import TextGameEnv
+from rlid.envs.jvm import SCIENCEWORLD, EngineLease, engine_errors
+from rlid.envs.scienceworld import gold as gold_paths
+from rlid.envs.scienceworld import parser
+from rlid.envs.scienceworld.jvm_state import PerSimulator
+from rlid.envs.scienceworld.tasks import TASKS, simplification_string
 
 EXCLUDED_ACTIONS = frozenset({"reset task"})
 NO_AFTERSTATE = ""
@@ -50,7 +50,7 @@ class ScienceWorldEnv(TextGameEnv):
     """One ScienceWorld task; each reset plays one of its variations.
 
     Args:
-        task: one of :data:`envs.scienceworld.tasks.TASKS`.
+        task: one of :data:`rlid.envs.scienceworld.tasks.TASKS`.
         simplifications: ``"none"``, ``"easy"`` or a comma-separated list of the
             simulator's simplifications.
         heldout_variations: ``"test"`` (default) or ``"dev"``: the variations the

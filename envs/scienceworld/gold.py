@@ -7,13 +7,13 @@ are no legal action at all ("examine metal pot", "pour metal pot into metal pot"
 no-op), and the numbers that answer the simulator's ambiguity questions ("0") are
 separate entries. :func:`legal_gold_path` replays the gold path on a scratch simulator
 and writes each command as the legal action the parser reads the same way
-(:mod:`envs.scienceworld.parser`), drops the commands no legal action matches and the
+(:mod:`rlid.envs.scienceworld.parser`), drops the commands no legal action matches and the
 numbers, and stops where the game ends. ``won`` records whether the result solves the
 variation; the raw gold path is kept beside it.
 
 Computing one takes the gold path's generation (0.1-8 s) and a legal-action listing per
 command (about 0.1 s each), so results are cached under ``<rlid cache>/scienceworld-1.2.3/``
-(:func:`envs.paths.cache_root`), one small JSON file per (task, variation, simplifications).
+(:func:`rlid.envs.paths.cache_root`), one small JSON file per (task, variation, simplifications).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envs import json_cache
-from envs.paths import cache_root
-from envs.scienceworld import parser
-from envs.scienceworld.jvm_state import PerSimulator
+from rlid.envs import json_cache
+from rlid.envs.paths import cache_root
+from rlid.envs.scienceworld import parser
+from rlid.envs.scienceworld.jvm_state import PerSimulator
 
 CACHE_DIR = "scienceworld-1.2.3"
 CACHE_FORMAT = 7
@@ -123,7 +123,7 @@ def legal_gold_path(
     """Replay the gold path on ``simulator`` (a scratch simulator) in legal actions.
 
     Args:
-        state: the simulators' own JVM-wide state (:mod:`envs.scienceworld.jvm_state`):
+        state: the simulators' own JVM-wide state (:mod:`rlid.envs.scienceworld.jvm_state`):
             loaded and listed where the env's own simulator is, the scratch simulator
             draws and names objects as the env's does.
         legal_entries: the env's reading of the simulator's valid actions (dicts with

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.registry import EnvSpec, Option, register
-from envs.scienceworld.tasks import SIMPLIFICATIONS, TASKS
+from rlid.envs.registry import EnvSpec, Option, register
+from rlid.envs.scienceworld.tasks import SIMPLIFICATIONS, TASKS
 
 # No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
 NO_AFTERSTATES = Option(
@@ -24,7 +24,7 @@ NO_AFTERSTATES = Option(
 
 def make_scienceworld(**options: Any):
     try:  # lazy: `import envs` must not need the jvm extra, nor load py4j
-        from envs.scienceworld.env import ScienceWorldEnv
+        from rlid.envs.scienceworld.env import ScienceWorldEnv
     except ImportError as err:
         raise ImportError(
             f"scienceworld needs the jvm extra: pip install 'rlid[jvm]' ({err})"

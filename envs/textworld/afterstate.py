@@ -26,7 +26,7 @@ A command shared by several logic actions (``take knife`` into either of two
 interchangeable inventory slots) gets one clause when the actions look the same
 to the player, and ``"either ..., or ... (N game actions share this command)"``
 when they do not. One rule family is corrected where the compiled game is stricter
-than its logic: "prepare meal" (:class:`RecipeCheck`). ``envs.textworld.verify`` checks
+than its logic: "prepare meal" (:class:`RecipeCheck`). ``rlid.envs.textworld.verify`` checks
 all of this against the real game.
 """
 
@@ -38,7 +38,9 @@ from typing import Any
 
 from textworld.logic import Proposition, Variable
 
-from envs.outcome import Outcome  # the predicted points / win / loss, read back by read_outcome
+from rlid.envs.outcome import (
+    Outcome,  # the predicted points / win / loss, read back by read_outcome
+)
 
 # Facts that encode static map structure or recipe bookkeeping: never described.
 HIDDEN_PREDICATES = frozenset(

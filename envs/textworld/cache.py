@@ -3,7 +3,7 @@
 A game is identified by its *key*: the TextWorld challenge (``"tw-simple"``,
 ``"tw-coin_collector"``, ``"tw-treasure_hunter"``, ``"tw-cooking"`` or ``"custom"``),
 its generator settings and its seed. Each key owns one directory under
-``envs.paths.cache_root() / "games"`` (``$RLID_CACHE_DIR`` overrides the root)::
+``rlid.envs.paths.cache_root() / "games"`` (``$RLID_CACHE_DIR`` overrides the root)::
 
     games/tw-simple-7-3f2a9c01d4/
         game.z8      the compiled Z-machine story (played through Jericho)
@@ -42,7 +42,7 @@ import textworld.challenges
 from filelock import FileLock
 from textworld.generator import QuestGenerationError, compile_game, make_game
 
-from envs.paths import cache_root
+from rlid.envs.paths import cache_root
 
 # Bump when the generation procedure or the entry layout changes: old entries are
 # then simply not found (a new key hash) and regenerated.

@@ -1,4 +1,4 @@
-"""TextWorld games as :class:`envs.base.TextGameEnv` environments.
+"""TextWorld games as :class:`rlid.envs.base.TextGameEnv` environments.
 
 The env wraps ``textworld.start(path, request_infos=EnvInfos(...))`` directly (not
 ``textworld.gym``): one loaded game is reused across resets and up to
@@ -9,7 +9,7 @@ logic state (facts, applicable logic actions) in step with it.
 * legal actions: the admissible commands (Inform 7 texts of the applicable logic
   actions), sorted and distinct, as TextWorld itself lists them;
 * reward: score delta; ``won``/``lost`` from the game's own ending;
-* afterstates: predicted from the logic state (:mod:`envs.textworld.afterstate`), never by
+* afterstates: predicted from the logic state (:mod:`rlid.envs.textworld.afterstate`), never by
   stepping the live game;
 * observations: the game text without the banner, ``>`` prompt, status line and
   excess whitespace.
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.base import TextGameEnv, split_game_seed
-from envs.registry import SPLIT_OFFSETS
-from envs.textworld import cache as tw_cache
-from envs.textworld.afterstate import AfterstateModel, group_commands
-from envs.textworld.tracking import (
+from rlid.envs.base import TextGameEnv, split_game_seed
+from rlid.envs.registry import SPLIT_OFFSETS
+from rlid.envs.textworld import cache as tw_cache
+from rlid.envs.textworld.afterstate import AfterstateModel, group_commands
+from rlid.envs.textworld.tracking import (
     StartedGame,
     TrackedState,
     restore_tracked,
@@ -62,7 +62,7 @@ def clean_observation(text: str) -> str:
 
 @dataclass(frozen=True)
 class GeneratedGames:
-    """Games generated on demand by TextWorld and cached on disk (:mod:`envs.textworld.cache`)."""
+    """Games generated on demand by TextWorld and cached on disk (:mod:`rlid.envs.textworld.cache`)."""
 
     challenge: str
     settings: Mapping[str, Any]
@@ -156,7 +156,7 @@ class TextWorldEnv(TextGameEnv):
             seed) or :class:`GameFile` (one fixed game; ``split``, ``game_seed`` and
             ``num_games`` are then unused and ``info["game_seed"]`` is ``None``).
         split, game_seed, num_games: which game each reset plays
-            (:func:`envs.base.split_game_seed`).
+            (:func:`rlid.envs.base.split_game_seed`).
         max_episode_steps, afterstates, render_mode: see :class:`TextGameEnv`.
     """
 

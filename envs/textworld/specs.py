@@ -2,7 +2,7 @@
 
 Challenge ids map their options one-to-one onto ``tw-make <challenge>`` settings
 (TextWorld 1.7); ``tw-custom`` onto ``tw-make custom``; ``tw-file`` plays a game the
-user compiled. Generated games are cached on disk (:mod:`envs.textworld.cache`).
+user compiled. Generated games are cached on disk (:mod:`rlid.envs.textworld.cache`).
 
     >>> import envs
     >>> env = envs.make("tw-cooking", recipe=2, take=1, go=6, cook=True, game_seed=0)  # doctest: +SKIP
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.registry import EnvSpec, Option, register
+from rlid.envs.registry import EnvSpec, Option, register
 
 _COMMON_ARGS = ("split", "game_seed", "num_games", "max_episode_steps", "afterstates")
 
 
 def _env_module() -> Any:
-    """:mod:`envs.textworld.env`, which imports textworld (slow): on first use of a tw-* id,
+    """:mod:`rlid.envs.textworld.env`, which imports textworld (slow): on first use of a tw-* id,
     not with ``import envs``."""
     # lazy: `import envs` (every rlid command, `rlid --help`) must not import textworld
-    from envs.textworld import env
+    from rlid.envs.textworld import env
 
     return env
 

@@ -17,7 +17,7 @@ from typing import Any
 import textworld
 from textworld.generator.inform7 import Inform7Game
 
-from envs.textworld import cache as tw_cache
+from rlid.envs.textworld import cache as tw_cache
 
 # Z-machine RNG seed (Jericho's default, -1, follows the clock): fixed for determinism.
 JERICHO_SEED = 20_240_101

@@ -1,7 +1,7 @@
 """Check predicted TextWorld afterstates against the real game.
 
 Along random walks, for every (state, legal command) pair, the fact delta the
-logic engine predicts (:mod:`envs.textworld.afterstate`, computed on one env) is compared
+logic engine predicts (:mod:`rlid.envs.textworld.afterstate`, computed on one env) is compared
 with the delta observed by stepping a *separate* env instance from the same state
 (saved and restored with :meth:`TextWorldEnv.snapshot`): its logic-state facts
 before and after the step. Predicted points / win / loss are compared with the
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.registry import make
+from rlid.envs.registry import make
 
 # Small games from every TextWorld challenge (and a custom one), used by the tests
 # and by ``python -m envs.textworld.verify``.

@@ -1,8 +1,8 @@
 """TextWorldExpress (Jansen & Côté 2022) as rlid envs: eight fast text games in a JVM.
 
-* :mod:`envs.twx.specs` — the ``twx-*`` env ids, one per game, with the game's own
+* :mod:`rlid.envs.twx.specs` — the ``twx-*`` env ids, one per game, with the game's own
   parameters as options (registered on import; no Java needed until an env resets).
-* :mod:`envs.twx.env`   — :class:`TextWorldExpressEnv`, the gymnasium env.
+* :mod:`rlid.envs.twx.env`   — :class:`TextWorldExpressEnv`, the gymnasium env.
 
-The games run in a JVM owned by the process (:mod:`envs.jvm`).
+The games run in a JVM owned by the process (:mod:`rlid.envs.jvm`).
 """

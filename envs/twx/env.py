@@ -1,4 +1,4 @@
-"""TextWorldExpress games behind the :class:`envs.base.TextGameEnv` contract.
+"""TextWorldExpress games behind the :class:`rlid.envs.base.TextGameEnv` contract.
 
 * game: the game generated from one seed of the split's fold (``specs``), with the
   env's parameters;
@@ -20,7 +20,7 @@
   With ``afterstates=True`` every row's afterstate is the empty string, which menus do
   not show.
 
-The game runs in this process's TextWorldExpress JVM (:mod:`envs.jvm`), one game object
+The game runs in this process's TextWorldExpress JVM (:mod:`rlid.envs.jvm`), one game object
 per env, started at the first reset.
 
     >>> import envs
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs import json_cache
-from envs.base import TextGameEnv
-from envs.jvm import TEXTWORLD_EXPRESS, EngineLease, engine_errors
-from envs.paths import cache_root
+from rlid.envs import json_cache
+from rlid.envs.base import TextGameEnv
+from rlid.envs.jvm import TEXTWORLD_EXPRESS, EngineLease, engine_errors
+from rlid.envs.paths import cache_root
 
 NO_AFTERSTATE = ""
 FOLDS = ("train", "dev", "test")
@@ -74,7 +74,7 @@ class TextWorldExpressEnv(TextGameEnv):
     Args:
         game: the game's name (``cookingworld``, ``twc``, ``coin``, ``mapreader``,
             ``arithmetic``, ``sorting``, ``simonsays``, ``peckingorder``).
-        params: its generation parameters (``envs.twx.specs.GAMES``).
+        params: its generation parameters (``rlid.envs.twx.specs.GAMES``).
         heldout_fold: ``"test"`` (default) or ``"dev"``: the fold the ``heldout`` split plays.
         split, game_seed, num_games: which seed a reset plays (``specs``).
         max_episode_steps, afterstates, render_mode: see :class:`TextGameEnv`.

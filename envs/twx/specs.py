@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.registry import EnvSpec, Option, register
+from rlid.envs.registry import EnvSpec, Option, register
 
 # No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
 NO_AFTERSTATES = Option(
@@ -132,7 +132,7 @@ def env_id_of(game: str) -> str:
 def _factory(game: str):
     def make(**options: Any):
         try:  # lazy: `import envs` must not need the jvm extra, nor load py4j
-            from envs.twx.env import TextWorldExpressEnv
+            from rlid.envs.twx.env import TextWorldExpressEnv
         except ImportError as err:
             raise ImportError(
                 f"{env_id_of(game)} needs the jvm extra: pip install 'rlid[jvm]' ({err})"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rlid.audit.config import AuditConfig
 from rlid.audit.report import format_report, write_plot
-from rlid.flags import add_dataclass_arguments, given_values
-from rlid.limits import PER_CORE, one_line, usable_cores
+from rlid.config.flags import add_dataclass_arguments, given_values
+from rlid.config.limits import PER_CORE, one_line, usable_cores
 
 
 def _module_doc(name: str) -> str:
@@ -25,7 +25,7 @@ def _module_doc(name: str) -> str:
 
 
 def check_threads(threads: int) -> None:
-    """``--threads`` from 1 to what this machine can use (:mod:`rlid.limits`)."""
+    """``--threads`` from 1 to what this machine can use (:mod:`rlid.config.limits`)."""
     most = PER_CORE * usable_cores()
     if not 1 <= threads <= most:
         raise ValueError(f"--threads {threads} is not between 1 and {most} ({PER_CORE} x cores)")

@@ -8,7 +8,7 @@ token-plane prompt, restricted to an enumerated set of wordings and renormalised
     π̃(a|s)      = Σ_{f(y)=a} π̃(y|s)
 
 The continuation is tokenized on its own and appended to the prompt's ids, which is
-what a sampler that continues the prompt produces (``menus.command_completion``:
+what a sampler that continues the prompt produces (``rlid.menus.command_completion``:
 the token plane writes " go east\\n" after "Command:"). The newline that ends a
 command makes π a distribution over *complete* commands ("go" is not a prefix event
 of "go east").
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from menus.prompt import COMMAND_PREFIX, command_completion
-from menus.tokens import continuation_ids as in_text_ids
-from menus.tokens import encode, encode_prompt
+from rlid.menus.prompt import COMMAND_PREFIX, command_completion
+from rlid.menus.tokens import continuation_ids as in_text_ids
+from rlid.menus.tokens import encode, encode_prompt
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,8 @@ def continuation_ids(
     tokenizer, wordings: Sequence[str], prefix: str, prompt: str = ""
 ) -> list[list[int]]:
     """Token ids of what the token plane writes for each wording, ``prefix + y + "\\n"``
-    (``menus.command_completion``), as they appear after ``prompt`` in the text
-    (``menus.tokens.continuation_ids``); rejects collisions.
+    (``rlid.menus.command_completion``), as they appear after ``prompt`` in the text
+    (``rlid.menus.tokens.continuation_ids``); rejects collisions.
 
     Two wordings with the same ids are one event of the text policy, so counting both
     would double their probability.
@@ -194,9 +194,9 @@ def text_scores(
 
     ``model`` must already be float64 (:func:`float64_copy`); ``params`` are globs over
     ``model.named_parameters()`` selecting the gradient coordinates; ``prompt`` is
-    encoded as a complete prompt (``menus.tokens.encode_prompt``, as ``menus.prompt`` renders
+    encoded as a complete prompt (``rlid.menus.tokens.encode_prompt``, as ``rlid.menus.prompt`` renders
     it, with the tokenizer's BOS) and ``prefix`` is the text before the command
-    (``menus.command_context``); continuations are tokenised in the text.
+    (``rlid.menus.command_context``); continuations are tokenised in the text.
     """
     dtype = next(model.parameters()).dtype
     if dtype != torch.float64:

@@ -12,7 +12,7 @@ satisfy E[g_a | G] = g_G, and by the law of total variance
 
 Unlike the text policy's case this holds by construction of the tree: it checks, in
 float64 and on the model's own gradients, that the tree's levels multiply to the
-policy the update trains (``rlid.tree_walk.tree_logprobs``: every menu read) and that
+policy the update trains (``rlid.decision.tree_walk.tree_logprobs``: every menu read) and that
 the first level is its marginal. :func:`factored_identity` enumerates every action.
 """
 
@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from menus import Interface, LabelSet, label_context, render_decision_prompt
-from menus.tokens import encode_prompt
-from menus.tree import build_label_tree
 from rlid.audit.exact import TextScores, select_parameters
 from rlid.audit.moments import EstimatorAtoms, decompose
 from rlid.audit.states import AuditState
-from rlid.tree_readout import path_logprobs
-from rlid.tree_walk import tree_logprobs
+from rlid.decision.tree_walk import tree_logprobs
+from rlid.lm.tree_readout import path_logprobs
+from rlid.menus import Interface, LabelSet, label_context, render_decision_prompt
+from rlid.menus.tokens import encode_prompt
+from rlid.menus.tree import build_label_tree
 
 
 def _scores(values: torch.Tensor, params: list[torch.nn.Parameter]) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Negative control 2 of the audit: the label-readout policy of the same weights.
 
 The decision plane's policy reads the label-token logits after a menu prompt
-(``rlid.readout``). It shares the weights with the text policy but is a different
+(``rlid.lm.readout``). It shares the weights with the text policy but is a different
 function of them: π_label(a|s) is not the marginal π̃(a|s) = Σ_{f(y)=a} π̃(y|s), and
 its gradient is not E[∇log π̃(y) | a]. The identity relates two estimators of one
 policy's gradient; it says nothing about this policy, so the control only reports
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from menus import Interface, LabelSet, compile_menu
-from menus.prompt import label_context, render_decision_prompt
 from rlid.audit.exact import TextScores, select_parameters
 from rlid.audit.moments import Decomposition
 from rlid.audit.states import AuditState
-from rlid.readout import label_logprobs
+from rlid.lm.readout import label_logprobs
+from rlid.menus import Interface, LabelSet, compile_menu
+from rlid.menus.prompt import label_context, render_decision_prompt
 
 
 def label_policy_control(
@@ -82,6 +82,6 @@ def label_policy_control(
         "trace_cov_text_marginal": text_action.trace_cov_action,
         "mean_gradient_norm": float(torch.linalg.vector_norm(mean)),
         "mean_cosine_with_marginal": float(cosine),
-        "readout_precision": f"logits read in {result.logp.dtype} by rlid.readout",
+        "readout_precision": f"logits read in {result.logp.dtype} by rlid.lm.readout",
         "identity_applies": False,
     }

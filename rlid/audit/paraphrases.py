@@ -7,7 +7,7 @@ the canonical action text first:
 * ``synonyms`` (:func:`paraphrases`): common text-game verb synonyms ("go east",
   "walk east", "head east", "east"; "take", "get", "pick up"; "examine", "look at",
   "x" ...). Many are accepted by Inform-style game parsers; the project's own
-  token-plane parse rule (``baselines.parse``) accepts none of them, so this style
+  token-plane parse rule (``rlid.baselines.token.parse``) accepts none of them, so this style
   audits a text policy whose f is a forgiving parser.
 * ``surface`` (:func:`surface_variants`): case, article and trailing-punctuation
   variants ("open chest", "open the chest", "Open chest", "open chest."), exactly the

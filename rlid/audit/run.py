@@ -16,7 +16,7 @@ the claim: (1) an advantage that depends on the wording, (2) the label-readout p
 of the same weights, a different parameterisation the identity says nothing about,
 (3) noise in the advantage itself, which marginalising does not remove.
 
-    >>> from rlid.starts import load_policy_model
+    >>> from rlid.lm.starts import load_policy_model
     >>> model, tokenizer = load_policy_model("tiny-random")
     >>> report = audit(model, tokenizer, AuditConfig(mc_sizes=(4,), n_boot=50))
     >>> report["identity_residual_rel"] < 1e-9
@@ -34,8 +34,6 @@ from typing import Any
 
 import torch
 
-from menus import Interface
-from menus.prompt import command_context, render_token_prompt
 from rlid.audit.config import AuditConfig
 from rlid.audit.exact import (
     WordingSet,
@@ -51,7 +49,9 @@ from rlid.audit.moments import decompose, noisy_atoms, plain_atoms, wording_bonu
 from rlid.audit.paraphrases import WORDING_STYLES
 from rlid.audit.report import verdicts
 from rlid.audit.states import BUILTIN_STATES, AuditState
-from rlid.starts import load_policy_model
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
+from rlid.menus.prompt import command_context, render_token_prompt
 
 AUDIT_INTERFACE = Interface(memory="none", afterstates=False, shuffle=False)
 """Both prompts of the audit: goal, observation and the legal list; no memory, no
@@ -343,7 +343,7 @@ def _mc_row(row, exact) -> dict[str, Any]:
 def audit_model(
     config: AuditConfig, wordings: dict[str, tuple[str, ...]] | None, *, threads: int
 ) -> dict[str, Any]:
-    """``rlid audit``: load ``config.model`` (:func:`rlid.starts.load_policy_model`) and run
+    """``rlid audit``: load ``config.model`` (:func:`rlid.lm.starts.load_policy_model`) and run
     :func:`audit` on it with ``threads`` torch threads; ``seconds`` is the audit's time."""
     torch.set_num_threads(threads)
     model, tokenizer = load_policy_model(config.model)

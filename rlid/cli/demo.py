@@ -1,6 +1,6 @@
 """``rlid demo`` (what ``make demo`` runs): the main job on the embedded default.
 
-1. Start: the shipped warm start (``--model tiny``, :mod:`rlid.starts`): loaded, not built.
+1. Start: the shipped warm start (``--model tiny``, :mod:`rlid.lm.starts`): loaded, not built.
 2. Decision-level PPO on training games of one setting.
 3. Held-out evaluation before and after, printed as a table; the run directory
    holds metrics, curves.png and summary.md.
@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import envs as envs_pkg
-from envs.registry import parse_option_strings
-from menus import Interface
+from rlid import envs as envs_pkg
 from rlid.config import TrainConfig
-from rlid.flags import add_env_option_argument
+from rlid.config.flags import add_env_option_argument
+from rlid.envs.registry import parse_option_strings
+from rlid.lm.start_files import check_shipped, read_manifest
+from rlid.menus import Interface
 from rlid.runs.lock import is_empty_dir
-from rlid.start_files import check_shipped, read_manifest
 
 # A setting that learns visibly in minutes on 2 CPU cores (see README "Demo").
 DEMO_ENV = "tw-coin_collector"
@@ -48,7 +48,7 @@ def demo_config(env: str, env_options: dict, steps: int, seed: int, threads: int
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     # lazy: the shipped start and the trainer import torch; `rlid demo --help` must not
-    from rlid.trainer import train
+    from rlid.core.train import train
 
     t0 = time.perf_counter()
     # Everything the user gave is checked before any model loads.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 def _cmd_export(args: argparse.Namespace) -> int:
     # lazy: exporting imports torch; `rlid export --help` must not
-    from rlid.agents import export_run
+    from rlid.agents.agent import export_run
 
     out = export_run(Path(args.run), Path(args.out), merge_lora=args.merge_lora)
     print(f"exported {args.run} to {out} (model, tokenizer, interface.json, README.md)")

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # standard library only: keeps `rlid --help` fast
-from rlid.flags import add_env_option_argument
-from rlid.limits import one_line
+from rlid.config.flags import add_env_option_argument
+from rlid.config.limits import one_line
 from rlid.runs.files import os_error_of
 from rlid.runs.lock import RunLockedError
 from rlid.runs.stop import (
@@ -46,7 +46,7 @@ class UserError(Exception):
 
 def _cmd_envs(args: argparse.Namespace) -> int:
     # lazy: `rlid --help` must stay quick (envs imports gymnasium)
-    import envs
+    from rlid import envs
 
     spec_ids = envs.list_envs()
     if args.env_id:

@@ -7,9 +7,9 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-import envs
-from envs.registry import parse_option_strings
-from menus import MenuRow
+from rlid import envs
+from rlid.envs.registry import parse_option_strings
+from rlid.menus import MenuRow
 
 LABELS = string.ascii_uppercase + string.ascii_lowercase
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlid.flags import add_dataclass_arguments, given_values
-from rlid.limits import PER_CORE, check_seed, usable_cores
-from rlid.pretrain.config import CHECKPOINT_EVERY, PretrainConfig
-from rlid.start_files import play_cache_dir
+from rlid.config.flags import add_dataclass_arguments, given_values
+from rlid.config.limits import PER_CORE, check_seed, usable_cores
+from rlid.lm.pretrain.config import CHECKPOINT_EVERY, PretrainConfig
+from rlid.lm.start_files import play_cache_dir
 
 DESCRIPTION = (
     "Build a warm start: language-model pretraining of the tiny model on transcripts of "
@@ -26,7 +26,7 @@ DESCRIPTION = (
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     # lazy: pretraining imports torch; `rlid pretrain --help` must not
-    from rlid.pretrain.build import pretrain, save_unfinished
+    from rlid.lm.pretrain.build import pretrain, save_unfinished
 
     target = Path(args.out) if args.out else play_cache_dir()
     if args.snapshot:
@@ -63,7 +63,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _check_limits(config: PretrainConfig) -> None:
-    """The seed and thread limits of ``rlid train`` (:mod:`rlid.limits`), before any work."""
+    """The seed and thread limits of ``rlid train`` (:mod:`rlid.config.limits`), before any work."""
     check_seed(config.seed, "--seed")
     most = PER_CORE * usable_cores()
     if config.threads > most:

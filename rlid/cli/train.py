@@ -1,7 +1,7 @@
 """``rlid train`` and ``rlid eval``: the CLI layer that sees both planes.
 
 This module imports no torch, so ``rlid train --help`` is quick: each command imports
-the training core (:mod:`rlid.loop`, :mod:`rlid.agents`, ...) when it runs.
+the training core (:mod:`rlid.core.loop`, :mod:`rlid.agents.agent`, ...) when it runs.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from envs.registry import parse_option_strings
 from rlid.compare.config import build_train_config
 from rlid.compare.parse import load_compare_config
-from rlid.config import (
+from rlid.config.flags import add_env_option_argument
+from rlid.config.limits import check_seed
+from rlid.config.run import (
     TrainConfig,
     add_config_arguments,
     config_from_args,
@@ -25,14 +26,13 @@ from rlid.config import (
     given_values,
     read_toml,
 )
-from rlid.flags import add_env_option_argument
-from rlid.limits import check_seed
+from rlid.envs.registry import parse_option_strings
 from rlid.runs.trackers import check_installed
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # lazy: the training core imports torch; `rlid train --help` must not
-    from rlid.loop import run_training
+    from rlid.core.loop import run_training
 
     if args.resume is not None:
         if args.out is not None and Path(args.out) != Path(args.resume):
@@ -55,7 +55,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     # lazy: evaluation imports torch; `rlid eval --help` must not
-    from rlid.agents import EvalRequest, evaluate_model, evaluate_run
+    from rlid.agents.agent import EvalRequest, evaluate_model, evaluate_run
 
     check_seed(args.seed, "--seed")
     if args.run is not None and args.model is not None:

@@ -1,7 +1,7 @@
 """The flag tables of ``docs/usage.md``, read from the command line's own parsers.
 
 Every ``rlid`` flag is declared once: a config dataclass field with its help in the
-field's metadata, turned into flags by :func:`rlid.flags.add_dataclass_arguments`, or an
+field's metadata, turned into flags by :func:`rlid.config.flags.add_dataclass_arguments`, or an
 ``add_argument`` call in a command's parser hook. This module builds the real parser
 (:func:`rlid.cli.main.build_parser`; no command module imports torch) and renders one
 markdown table per argument group of each command, so the page cannot drift from what

@@ -10,7 +10,7 @@
 * :mod:`rlid.compare.stats`  — bootstrap intervals across seeds.
 * :mod:`rlid.compare.cli`    — ``rlid compare``.
 
-Like :mod:`rlid.cli`, this layer sees every plane (through :mod:`rlid.planes`).
+Like :mod:`rlid.cli`, this layer sees every plane (through :mod:`rlid.config.registry`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Example (the shipped ``examples/compare_small.toml`` is a complete one)::
                                       # "afterstate": reads the menus' outcome marks only
 
     [budget]                          # ONE currency, the same amount for every arm
-    currency = "env_steps"            # any rlid.budget counter; wall_time is in seconds
+    currency = "env_steps"            # any rlid.config.budget counter; wall_time is in seconds
     amount = 1200
 
     [interface]                       # what every policy sees (menus.Interface fields)
@@ -46,9 +46,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
-from menus import Interface
-from rlid.config import TrainConfig, config_class
-from rlid.names import TokenAlgo
+from rlid.config.names import TokenAlgo
+from rlid.config.run import TrainConfig, config_class
+from rlid.menus import Interface
 
 PLANE_ALGORITHMS: dict[str, tuple[str, ...]] = {
     "decision": ("ppo",),
@@ -123,7 +123,7 @@ class CompareConfig:
     name: str  # names the report
     seeds: tuple[int, ...]  # every arm trains once per seed
     heldout_episodes: int  # greedy held-out episodes per run (TrainConfig.eval_episodes)
-    currency: str  # the budget currency, a rlid.budget counter (wall_time: seconds)
+    currency: str  # the budget currency, a rlid.config.budget counter (wall_time: seconds)
     amount: int  # the budget every run gets, in that currency
     interface: Interface  # what every policy sees unless a declared difference says otherwise
     interface_differences: tuple[str, ...]  # Interface fields arms may change

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlid.budget import CURRENCIES
+from rlid.config.budget import CURRENCIES
 from rlid.runs.files import new_figure, save_figure
 
 METRICS = ("success", "return")

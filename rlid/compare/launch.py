@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlid.compare.run import PIDS_ENV, STOPPED
 from rlid.config import TrainConfig
-from rlid.loop import run_training
+from rlid.core.loop import run_training
 from rlid.runs.dir import write_json
 from rlid.runs.files import atomic_write_text
 from rlid.runs.stop import RunStopped
@@ -51,6 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rlid.distributed import exit_process
+    from rlid.lm.distributed import exit_process
 
     exit_process(main())  # always one of several processes: no interpreter teardown

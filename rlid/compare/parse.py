@@ -14,9 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import envs as envs_pkg
-from menus import Interface
-from rlid.budget import CURRENCIES
+from rlid import envs as envs_pkg
 from rlid.compare.config import (
     FIXED_KEYS,
     PLANE_ALGORITHMS,
@@ -27,7 +25,9 @@ from rlid.compare.config import (
     CompareEnv,
     build_train_config,
 )
-from rlid.config import TrainConfig, plane_config_classes, read_toml
+from rlid.config.budget import CURRENCIES
+from rlid.config.run import TrainConfig, plane_config_classes, read_toml
+from rlid.menus import Interface
 
 TOP_KEYS = (
     "name",

@@ -5,12 +5,12 @@
 * ``walkthrough`` — the env's own solution (``info["walkthrough"]`` at reset, optimal
   for the built-in games, TextWorld's walkthrough for its challenges): the ceiling;
 * ``afterstate`` — reads the outcome marks of the menu's afterstates and nothing else
-  (:func:`envs.outcome.best_rows`): a row predicted to win, else one predicted to score the
+  (:func:`rlid.envs.outcome.best_rows`): a row predicted to win, else one predicted to score the
   most points, else uniform over the rows not predicted to lose (over all rows when
   every one loses); ties drawn at random. What a policy that read its menu's marks,
   one step ahead, would get: how much of the ceiling the menus alone give away.
 
-All are measured by the same code as the trained arms (``rlid.trainer.evaluate`` on
+All are measured by the same code as the trained arms (``rlid.core.train.evaluate`` on
 the held-out games, the same reset seeds), the random and afterstate arms once per
 comparison seed (the walkthrough is deterministic: once), so the report can put floor and ceiling
 next to each arm's before / after.
@@ -19,8 +19,8 @@ Example::
 
     >>> import envs
     >>> from menus import Interface
-    >>> from rlid.trainer import evaluate
-    >>> env_list = [envs.make("keydoor", size=2, split="heldout")]
+    >>> from rlid.core.train import evaluate
+    >>> env_list = [rlid.envs.make("keydoor", size=2, split="heldout")]
     >>> evaluate(WalkthroughPolicy(), env_list, 4, interface=Interface())["success"]
     1.0
 """
@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-import envs as envs_pkg
-from envs.outcome import best_rows
-from rlid.budget import Budget, Timers
+from rlid import envs as envs_pkg
 from rlid.compare.config import REFERENCES
-from rlid.evaluate import evaluate
+from rlid.config.budget import Budget, Timers
+from rlid.core.evaluate import evaluate
+from rlid.envs.outcome import best_rows
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class AfterstatePolicy(RandomPolicy):
     else any row not predicted to lose (uniform among ties, with the rollout's ``rng``).
 
     It reads ``info["afterstates"]`` (the text the menus show) through
-    :func:`envs.outcome.best_rows`, so it needs an env that computes afterstates."""
+    :func:`rlid.envs.outcome.best_rows`, so it needs an env that computes afterstates."""
 
     def rows(self, info: dict[str, Any]) -> list[int]:
         if info.get("afterstates") is None:
@@ -169,7 +169,7 @@ def evaluate_reference(
     seed: int,
     interface: Any,
 ) -> dict[str, float]:
-    """Held-out stats of a reference policy, from ``rlid.trainer.evaluate``.
+    """Held-out stats of a reference policy, from ``rlid.core.train.evaluate``.
 
     The held-out games are those every trained arm is evaluated on; ``seed`` only
     changes the random and afterstate arms' draws (the games come from the evaluation

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from rlid.budget import CURRENCIES, Budget
 from rlid.compare.aggregates import arm_aggregates
 from rlid.compare.config import CompareConfig, RunSpec
 from rlid.compare.curves import curves_for, plot_currency, plot_heldout
 from rlid.compare.stats import bootstrap_mean
 from rlid.compare.text import format_report
+from rlid.config.budget import CURRENCIES, Budget
 from rlid.runs import dir as rundir
 from rlid.runs.summary import run_config, run_software
 

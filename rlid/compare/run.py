@@ -37,20 +37,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlid.agents import EvalRequest, evaluate_run
+from rlid.agents.agent import EvalRequest, evaluate_run
 from rlid.compare.config import STOCHASTIC_REFERENCES, CompareConfig, RunSpec
 from rlid.compare.reference import evaluate_reference
 from rlid.compare.report import heldout_path, summarise_references, write_report
-from rlid.limits import check_machine_limits
-from rlid.loop import run_training
+from rlid.config.limits import check_machine_limits
+from rlid.core.loop import run_training
+from rlid.lm.start_files import TINY_NAME, TINY_RANDOM_NAME
+from rlid.lm.starts import model_pin
 from rlid.runs import dir as rundir
 from rlid.runs.files import LinkRefusedError, link_message
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
 from rlid.runs.pin import describe
 from rlid.runs.stop import RunStopped, StopSignals, signal_name
-from rlid.start_files import TINY_NAME, TINY_RANDOM_NAME
-from rlid.starts import model_pin
 
 LEDGER = "runs.json"  # per-run status and accumulated seconds, across invocations
 CLAIMS = ".claims"  # OUT/.claims/RUN: the lock of the process training RUN
@@ -407,7 +407,7 @@ STOPPED = "stopped.json"  # in it: {"signum", "iteration"} when the processes st
 def launch_processes(run: RunSpec, out: Path, *, resume: bool, progress: bool) -> None:
     """Train one run with ``run.nproc`` processes under torchrun (one machine, gloo on
     CPU / nccl on CUDA): the same run directory, budget and groups as one process
-    would use (``rlid.distributed``). The config travels as JSON in ``OUT/launch/``.
+    would use (``rlid.lm.distributed``). The config travels as JSON in ``OUT/launch/``.
 
     torchrun runs in a session of its own, so a terminal's Ctrl-C reaches this process
     alone; the first SIGTERM / Ctrl-C here is passed on to every training process (each

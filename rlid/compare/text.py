@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlid.budget import CURRENCIES
 from rlid.compare.config import STOCHASTIC_REFERENCES
+from rlid.config.budget import CURRENCIES
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

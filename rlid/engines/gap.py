@@ -33,9 +33,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlid import distributed as dist_
-from rlid.distributed import World
-from rlid.mismatch import MismatchCorrection
+from rlid.lm import distributed as dist_
+from rlid.lm.distributed import World
+from rlid.losses.mismatch import MismatchCorrection
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A stale engine (a sync that was skipped, failed silently, or reached the wrong copy)
 samples from an old policy while every number still looks plausible. After each sync
 the engine reads one fixed decision prompt, the **probe**, and its label distribution
-is compared with the trainer's readout of the same ids (:func:`rlid.readout.readout_from_ids`,
+is compared with the trainer's readout of the same ids (:func:`rlid.lm.readout.readout_from_ids`,
 float32); a difference beyond the tolerance stops the run with :class:`StaleEngineError`.
 
 The default probe (:func:`decision_probe`) is the first state of a small keydoor game
@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-import envs
-from menus import Interface, menu_for_step
-from menus.prompt import label_set_for, render_decision_prompt
-from menus.tokens import encode_prompt
-from rlid.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
+from rlid import envs
+from rlid.lm.readout import left_pad_ids, model_vocab_size, pad_label_ids, readout_from_ids
+from rlid.menus import Interface, menu_for_step
+from rlid.menus.prompt import label_set_for, render_decision_prompt
+from rlid.menus.tokens import encode_prompt
 
 DEFAULT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.05}
 """Largest |log π_engine − log π_trainer| on the probe accepted, by engine dtype."""

@@ -4,7 +4,7 @@
 torch model for gradients; :class:`EngineSession` holds the engine that plays the
 rollouts and keeps it on the trainer's weights:
 
-1. :func:`check_engine_installed` — before any work (``rlid.loop.open_run``): without
+1. :func:`check_engine_installed` — before any work (``rlid.core.loop.open_run``): without
    the ``vllm`` package the run stops with one line naming the extra;
 2. :meth:`EngineSession.start` — after the run directory is written and the starting
    weights are final (resumed, and broadcast over processes): the engine serves the
@@ -43,8 +43,8 @@ import torch
 from rlid.engines.probe import Probe, decision_probe
 from rlid.engines.vllm import VLLMEngine
 from rlid.engines.vllm_options import VLLMOptions, import_vllm
-from rlid.optim import chunks
-from rlid.readout import context_limit
+from rlid.lm.optim import chunks
+from rlid.lm.readout import context_limit
 
 TORCHRUN_VARIABLES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",

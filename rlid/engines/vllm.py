@@ -8,7 +8,7 @@ One :class:`VLLMEngine` serves the three planes from one ``vllm.LLM`` built with
   (``logprob_token_ids``) at temperature 1, i.e. ``log_softmax(logits)[labels]`` over the
   full vocabulary. rlid renormalises them over the labels in float32:
   ``log π_T(a|s) = log_softmax(lp[labels] / T)``, the same event as
-  :func:`rlid.readout.readout_from_ids` (``lp`` and the logits differ by a constant, so
+  :func:`rlid.lm.readout.readout_from_ids` (``lp`` and the logits differ by a constant, so
   dividing either by T gives one distribution), and ``label_mass = Σ exp(lp[labels])``
   (the leakage is its complement). Asking vLLM for ``allowed_token_ids`` instead would
   return the distribution already normalised but lose the label mass, and tie the
@@ -17,12 +17,12 @@ One :class:`VLLMEngine` serves the three planes from one ``vllm.LLM`` built with
 * **scoring** (:meth:`VLLMEngine.score`): ``prompt_logprobs`` of each
   ``prompt + completion`` sequence; the completion's tokens' log-probs are read at
   temperature 1 (vLLM's prompt log-probs never see sampling parameters), as
-  :func:`baselines.engine.completion_logprobs` computes them. vLLM skips the prefix
+  :func:`rlid.baselines.engine.completion_logprobs` computes them. vLLM skips the prefix
   cache for such requests by default (it scores only the tokens it computes); rlid
   runs the prompts first, then lets the K completions of a prompt read its cached
   blocks, and runs again without the cache any sequence whose hit reached past its
   prompt (a hit covering completion tokens would leave them unscored).
-* **generation** (:meth:`VLLMEngine.generate`, the ``baselines.engine.RolloutEngine``
+* **generation** (:meth:`VLLMEngine.generate`, the ``rlid.baselines.engine.RolloutEngine``
   protocol): sampling at temperature T with no top-k / top-p, each sampled token's
   log-prob from the processed distribution ``log_softmax(logits / T)`` (the behaviour
   distribution, what TIS / IcePop compare with π_old). Greedy decoding reports
@@ -72,7 +72,7 @@ from rlid.engines.vllm_options import (
     import_vllm,
 )
 from rlid.engines.weights import base_model, engine_state_dict, write_safetensors
-from rlid.readout import ReadoutResult, pad_label_ids
+from rlid.lm.readout import ReadoutResult, pad_label_ids
 
 __all__ = ["EngineUnavailable", "SyncReport", "VLLMEngine", "VLLMOptions"]
 
@@ -163,7 +163,7 @@ class VLLMEngine:
         *,
         temperature: float = 1.0,
     ) -> ReadoutResult:
-        """Label log-probs of each prompt's menu, as :func:`rlid.readout.readout_from_ids`.
+        """Label log-probs of each prompt's menu, as :func:`rlid.lm.readout.readout_from_ids`.
 
         Returns ``logp`` (B, K_max) float32 at ``temperature`` (``-inf`` past row b's
         K_b labels), ``label_mass`` (B,) at temperature 1, ``hidden=None`` (the engine
@@ -209,7 +209,7 @@ class VLLMEngine:
 
         ``completion_ids[b]`` are prompt b's completions. Returns ``logp`` (N, C) and
         ``mask`` (N, C) for the N completions in order, **left-aligned** (token j in
-        column j), as :func:`baselines.engine.shared_prompt_logprobs`; 0 where masked.
+        column j), as :func:`rlid.baselines.engine.shared_prompt_logprobs`; 0 where masked.
         """
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(
@@ -264,7 +264,7 @@ class VLLMEngine:
         temperature: float = 1.0,
         greedy: bool = False,
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Sample a completion per prompt (``baselines.engine.RolloutEngine``).
+        """Sample a completion per prompt (``rlid.baselines.engine.RolloutEngine``).
 
         Each completion ends with (and includes) its first stop token, or after
         ``max_new_tokens``; EOS stops it only when it is among ``stop_ids``. Each

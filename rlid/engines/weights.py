@@ -19,8 +19,8 @@ sibling, then a rename), for a worker in another process to read.
 
 Example::
 
-    >>> from rlid.models import build_tiny_model
-    >>> from rlid.tokenizer import build_tiny_tokenizer
+    >>> from rlid.lm.models import build_tiny_model
+    >>> from rlid.lm.tokenizer import build_tiny_tokenizer
     >>> state = engine_state_dict(build_tiny_model(build_tiny_tokenizer()), torch.float32)
     >>> "lm_head.weight" in state, "model.embed_tokens.weight" in state  # tied: once
     (False, True)

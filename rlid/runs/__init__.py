@@ -1,7 +1,7 @@
 """Run directories, storage only: atomic files, the run log, checkpoints, locks, summaries.
 
 Nothing here imports the training core (the layering contract in ``pyproject.toml``
-checks it); evaluating and exporting a run live in :mod:`rlid.agents`.
+checks it); evaluating and exporting a run live in :mod:`rlid.agents.agent`.
 
 * :mod:`rlid.runs.files`    — atomic writes (temp file, fsync, ``os.replace``), appends,
   directories published by renames (:func:`~rlid.runs.files.staged_dir`).

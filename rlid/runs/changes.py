@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import envs as envs_pkg
-from menus import Interface
+from rlid import envs as envs_pkg
 from rlid.config import TrainConfig
+from rlid.menus import Interface
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock
 from rlid.runs.log import config_fingerprint, read_run_config

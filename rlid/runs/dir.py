@@ -279,7 +279,7 @@ def load_trainer_state(ckpt: Path, *, lazy_optimizer: bool = False) -> dict[str,
 
     ``lazy_optimizer``: the optimizer state's tensors stay on disk as
     :class:`rlid.runs.state.StoredTensor` until read (a sharded optimizer reads one at a
-    time, ``rlid.distributed.Parallel.load_optimizer``); everything else is read.
+    time, ``rlid.lm.distributed.Parallel.load_optimizer``); everything else is read.
     """
     state = load_state(Path(ckpt) / TRAINER_STATE, lazy=lazy_optimizer)
     if not isinstance(state, dict) or not {"optimizer", "rng"} <= set(state):

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from rlid.budget import Budget
 from rlid.config import TrainConfig
+from rlid.config.budget import Budget
 from rlid.runs import dir as rundir
 from rlid.runs import history
 from rlid.runs.files import refuse_link
@@ -136,7 +136,7 @@ class RunLog:
         pins: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.path = path
-        # what a model name resolves to now (rlid.starts.model_pin): recorded at start
+        # what a model name resolves to now (rlid.lm.starts.model_pin): recorded at start
         self._pins = pins
         self.config = config
         self.resuming = resuming
@@ -165,7 +165,7 @@ class RunLog:
     ) -> RunLog:
         """A new run directory (checked, written by :meth:`start`), or the run in ``path``
         to resume (locked, its config). ``pins``: what a model name resolves to now
-        (:func:`rlid.starts.model_pin`), recorded at the start and checked on resume."""
+        (:func:`rlid.lm.starts.model_pin`), recorded at the start and checked on resume."""
         path = Path(path)
         if resume:
             saved, _ = read_run_config(path)  # a clear error before locking a non-run dir
@@ -318,7 +318,7 @@ class RunLog:
         """Write the checkpoint (writer only); ``rng_states``: every rank's, in rank order.
 
         ``model_state`` / ``optimizer_state``: full state dicts gathered from a sharded
-        model (``rlid.distributed.Parallel.full_state``) instead of the modules' own.
+        model (``rlid.lm.distributed.Parallel.full_state``) instead of the modules' own.
         """
         self.checkpoint_wall = budget.wall_time  # on every rank: the next one is due alike
         if not self.writer:
@@ -373,10 +373,10 @@ class RunLog:
         """Load optimizer/value head/budget/RNG; return the checkpoint's iteration.
 
         ``load_optimizer(state)`` replaces ``optimizer.load_state_dict`` (a sharded
-        model's optimizer: ``rlid.distributed.Parallel.load_optimizer``).
+        model's optimizer: ``rlid.lm.distributed.Parallel.load_optimizer``).
 
         The model itself is loaded from :meth:`checkpoint_model_dir` by the caller.
-        ``world`` (rlid.distributed.World) picks this rank's RNG state; a checkpoint of
+        ``world`` (rlid.lm.distributed.World) picks this rank's RNG state; a checkpoint of
         another number of processes is refused (exact replay needs the same number).
         """
         if self.writer:

@@ -1,7 +1,7 @@
 """Pin the model a run starts from: its resolved path and a content hash of its weights.
 
 A run records the pin when it starts (``{"model", "origin", "path", "sha256"}``, made
-by :func:`rlid.starts.model_pin`); a resume that would load the starting model again
+by :func:`rlid.lm.starts.model_pin`); a resume that would load the starting model again
 (LoRA base, KL reference) checks that the same name still resolves to the same
 weights, so ``model = "tiny-play"`` cannot silently switch to a rebuilt start in the
 middle of a run. This module only hashes and compares.
@@ -39,7 +39,7 @@ def describe(pin: dict[str, Any]) -> str:
 def check_pin(recorded: dict[str, Any], now: dict[str, Any], where: Path) -> None:
     """Refuse when the recorded starting model no longer resolves to the same weights
     (``now``: the pin of ``recorded["model"]`` as it resolves today,
-    :func:`rlid.starts.model_pin`)."""
+    :func:`rlid.lm.starts.model_pin`)."""
     if (now.get("origin"), now.get("sha256")) != (recorded.get("origin"), recorded.get("sha256")):
         raise ValueError(
             f"cannot resume {where}: it started from {describe(recorded)}, but that now "

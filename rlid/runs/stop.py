@@ -4,7 +4,7 @@ A cluster that preempts a job (SLURM, Kubernetes) sends SIGTERM and kills the pr
 a grace period later; a user presses Ctrl-C. Without a handler either loses every
 iteration since the last checkpoint. Inside :class:`StopSignals` the first SIGTERM or
 SIGINT only sets a flag; the trainer checks it at the end of each iteration (all ranks
-together: :func:`rlid.distributed.any_rank`), writes a checkpoint and raises
+together: :func:`rlid.lm.distributed.any_rank`), writes a checkpoint and raises
 :class:`RunStopped`, so the same command resumes with nothing lost. A second signal
 stops at once, as without the handler (Ctrl-C: ``KeyboardInterrupt``; SIGTERM: the
 default action, termination), unless it comes within ``REPEAT_AFTER`` seconds of the

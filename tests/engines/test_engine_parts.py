@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from menus import Interface
+from rlid.decision.policy import DecisionPolicy
 from rlid.engines import (
     EngineUnavailable,
     Probe,
@@ -26,9 +26,9 @@ from rlid.engines import (
 from rlid.engines.probe import trainer_probe_logp
 from rlid.engines.vllm_worker import reprocess_tied
 from rlid.engines.weights import write_safetensors
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_tiny_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus import Interface
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_compare_probe_by_hand():
 def test_the_decision_probe_is_a_real_decision_of_the_run(tiny):
     """Its ids are those the decision policy reads on keydoor's first state, and the
     trainer's probe log-probs are that policy's readout."""
-    import envs
+    from rlid import envs
 
     model, tokenizer = tiny
     interface = Interface(shuffle=False, memory="none")

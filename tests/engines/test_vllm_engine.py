@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from baselines.engine import completion_logprobs, shared_prompt_logprobs, stop_token_ids
-from baselines.scoring import ScoringPolicy
-from baselines.token_policy import TokenPolicy
-from menus import COMMAND_END, Interface, render_token_prompt
+from rlid import envs
+from rlid.baselines.engine import completion_logprobs, shared_prompt_logprobs, stop_token_ids
+from rlid.baselines.scoring import ScoringPolicy
+from rlid.baselines.token.policy import TokenPolicy
+from rlid.decision.policy import DecisionPolicy
 from rlid.engines import StaleEngineError, VLLMEngine, VLLMOptions, decision_probe
-from rlid.models import build_tiny_model
-from rlid.policy import DecisionPolicy
-from rlid.ppo import decision_ppo_loss
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.models import build_tiny_model
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.losses.decision import decision_ppo_loss
+from rlid.menus import COMMAND_END, Interface, render_token_prompt
 
 pytest.importorskip("vllm", reason="the vLLM engine tests need vllm: `make test-vllm`")
 
@@ -219,7 +219,7 @@ def test_greedy_generation_is_the_argmax_path(engine, tiny):
 
 
 def ppo_step(model, tokenizer, decisions) -> None:
-    """One decision-PPO optimizer step (rlid.ppo.decision_ppo_loss) on ``decisions``."""
+    """One decision-PPO optimizer step (rlid.losses.decision.decision_ppo_loss) on ``decisions``."""
     policy = DecisionPolicy(model, tokenizer, INTERFACE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     logp_all, _, _ = policy.score(decisions)

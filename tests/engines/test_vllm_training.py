@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from rlid.config import TrainConfig
-from rlid.loop import run_training
+from rlid.core.loop import run_training
 
 pytest.importorskip("vllm", reason="the vLLM training tests need vllm: `make test-vllm`")
 

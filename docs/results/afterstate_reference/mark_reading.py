@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import envs
-from envs.outcome import best_rows
-from menus import Interface
-from rlid.policy import DecisionPolicy
-from rlid.starts import load_policy_model
+from rlid import envs
+from rlid.decision.policy import DecisionPolicy
+from rlid.envs.outcome import best_rows
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 
 GAMES, STEPS = 12, 20
 SUITE = Path(__file__).resolve().parents[1] / "recipe_pilots" / "suite.toml"

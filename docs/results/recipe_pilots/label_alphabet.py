@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import envs
-from menus import Interface
-from rlid.policy import DecisionPolicy
-from rlid.starts import load_policy_model
+from rlid import envs
+from rlid.decision.policy import DecisionPolicy
+from rlid.lm.starts import load_policy_model
+from rlid.menus import Interface
 
 GAMES, STEPS, AZ = 8, 6, 26
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 import torch
 
 from rlid.compare.parse import load_compare_config
-from rlid.planes import get_plane
-from rlid.starts import load_policy_model
-from rlid.trainer import evaluate, make_envs
+from rlid.config.registry import get_plane
+from rlid.core.train import evaluate, make_envs
+from rlid.lm.starts import load_policy_model
 
 torch.set_num_threads(1)
 model_dir, envs = sys.argv[1], sys.argv[2].split(",")

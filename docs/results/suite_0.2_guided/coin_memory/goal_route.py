@@ -19,11 +19,11 @@ import re
 
 import numpy as np
 
-import envs
-from menus import make_memory
-from menus.prompt import label_set_for, menu_for_step, render_decision_prompt
+from rlid import envs
 from rlid.compare.parse import load_compare_config
-from rlid.tokenizer import build_tiny_tokenizer
+from rlid.lm.tokenizer import build_tiny_tokenizer
+from rlid.menus import make_memory
+from rlid.menus.prompt import label_set_for, menu_for_step, render_decision_prompt
 
 DIRECTIONS = re.compile(r"\b(north|south|east|west)\b")
 

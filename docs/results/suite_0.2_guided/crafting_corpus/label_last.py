@@ -12,7 +12,7 @@ Usage (from the repository root):
 import runpy
 import sys
 
-import menus.menu as menu_mod
+import rlid.menus.menu as menu_mod
 
 
 def _render(self, afterstate=True):
@@ -25,7 +25,7 @@ def _render(self, afterstate=True):
 menu_mod.MenuRow.render = _render
 
 if sys.argv[1] == "pretrain":
-    from rlid.pretrain import PretrainConfig, pretrain
+    from rlid.lm.pretrain import PretrainConfig, pretrain
 
     config = PretrainConfig(
         envs=("crafting",), walkthrough_episodes=96, random_answers=False,

@@ -22,12 +22,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-import envs
-from menus import make_memory
+from rlid import envs
 from rlid.compare.config import build_train_config
 from rlid.compare.parse import load_compare_config
-from rlid.planes import get_plane
-from rlid.starts import load_policy_model
+from rlid.config.registry import get_plane
+from rlid.lm.starts import load_policy_model
+from rlid.menus import make_memory
 
 
 def main(
