@@ -52,7 +52,7 @@ SMALL_OPTIONS: dict[str, dict[str, Any]] = {
 def options_for(env_id: str) -> dict[str, Any]:
     """Small settings for ``env_id``; ``tw-file`` plays a cached treasure-hunter game."""
     if env_id == "tw-file":
-        from envs.textworld import cache as tw_cache
+        from rlid.envs.textworld import cache as tw_cache
 
         return {"path": str(tw_cache.ensure_game("tw-treasure_hunter", {"level": 5}, 0))}
     return {"game_seed": 0, **SMALL_OPTIONS.get(env_id, {})}

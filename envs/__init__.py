@@ -1,7 +1,7 @@
 """Gymnasium text-game environments: TextWorld challenges, fast built-in games, and the
 Java-backed benchmarks ScienceWorld and TextWorldExpress.
 
-    >>> import envs
+    >>> from rlid import envs
     >>> envs.list_envs()  # doctest: +ELLIPSIS
     [...]
     >>> env = envs.make("keydoor", size=3, split="heldout")

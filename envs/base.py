@@ -17,7 +17,7 @@ the contract of docs/design.md §3:
 
 Example::
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("keydoor", size=3)
     >>> obs, info = env.reset(seed=0)
     >>> obs, reward, terminated, truncated, info = env.step(info["legal_actions"][0])

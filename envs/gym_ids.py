@@ -1,6 +1,7 @@
 """Every rlid env id is also a Gymnasium id: ``gymnasium.make("rlid/KeyDoor-v0", **options)``.
 
-    >>> import gymnasium, envs
+    >>> import gymnasium
+    >>> from rlid import envs
     >>> env = gymnasium.make("rlid/KeyDoor-v0", size=3, split="heldout")
     >>> env.spec.id
     'rlid/KeyDoor-v0'

@@ -24,7 +24,7 @@ holds the parent's pipe open until it exits, so prefer ``spawn``).
 A dead engine is one clear error, :class:`EngineDied`, which the envs word with their
 id and seeds; their next reset starts a fresh engine.
 
-    >>> from envs.jvm import SCIENCEWORLD, acquire, release
+    >>> from rlid.envs.jvm import SCIENCEWORLD, acquire, release
     >>> engine = acquire(SCIENCEWORLD)  # doctest: +SKIP
     >>> simulator = engine.new(SCIENCEWORLD.entry_class)  # doctest: +SKIP
     >>> release(engine)  # doctest: +SKIP

@@ -1,7 +1,7 @@
 """Legal actions -> a labelled menu with afterstates and memory (docs/design.md §4).
 
     >>> import numpy as np
-    >>> from menus import Interface, compile_menu, make_memory
+    >>> from rlid.menus import Interface, compile_menu, make_memory
     >>> menu = compile_menu(["go east", "take key"], labels="A-Z",
     ...                     rng=np.random.default_rng(0))
     >>> sorted(menu.actions)

@@ -18,7 +18,7 @@ is a new user turn after the assistant's label, rendered by the tokenizer's own 
 prompt level 1 ends with.
 
     >>> import numpy as np
-    >>> from menus import Interface
+    >>> from rlid.menus import Interface
     >>> info = {"legal_actions": ["open door", "open box", "look"], "afterstates": None}
     >>> interface = Interface(afterstates=False, shuffle=False, tree_fanout=2)
     >>> step = tree_for_step(info, interface, "A-Z")

@@ -23,7 +23,7 @@ if workers:
 else:
     from rlid import envs
     from rlid.core.env_workers import InProcessEnvs
-    envs_ = InProcessEnvs([rlid.envs.make(env_id, **options)])
+    envs_ = InProcessEnvs([envs.make(env_id, **options)])
 n = len(envs_)
 infos = [info for _, info in envs_.reset_many(list(range(n)), list(range(n)))]
 print("ready", flush=True)

@@ -5,7 +5,7 @@ text rendering of the agent's view and its six actions (:mod:`rlid.envs.babyai.e
 GLAM's task mixtures and single BabyAI levels (:mod:`rlid.envs.babyai.catalog`). minigrid is
 an optional dependency (``pip install 'rlid[babyai]'``), imported when an env is made.
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("babyai-text", level="PickupLocal", split="heldout")  # doctest: +SKIP
 """
 

@@ -31,7 +31,7 @@ are functions of the seed alone. What the policy sees:
   the mission needs: 64 for GoToLocal, 128 for PutNextLocal), or ``max_episode_steps``
   when given (minigrid's limit is set to the same number, so BabyAI's reward uses it).
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("babyai-text", level="GoToLocal", split="heldout", game_seed=0)
     >>> obs, info = env.reset(seed=0)
     >>> for command in info["walkthrough"]:

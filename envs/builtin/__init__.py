@@ -11,7 +11,7 @@
 All three are deterministic given the game seed, give exact afterstates, step in well
 under a millisecond and report an optimal ``walkthrough`` at reset::
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("crafting", rooms=1, steps=1, distractors=0)
     >>> obs, info = env.reset(seed=0)
     >>> len(info["walkthrough"]) >= 3

@@ -13,7 +13,7 @@ function of ``(rules, state)``:
 
 Example::
 
-    >>> from envs.builtin.keydoor import KeyDoorRules
+    >>> from rlid.envs.builtin.keydoor import KeyDoorRules
     >>> rules = KeyDoorRules(0, size=3, keys=1, distractors=1)
     >>> state = rules.initial_state()
     >>> plan = shortest_plan(rules)

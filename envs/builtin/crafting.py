@@ -33,7 +33,7 @@ rooms=4, steps=6 gives 12-23. Steps take ~0.1 ms with afterstates on.
 
 Example::
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("crafting", game_seed=3)
     >>> obs, info = env.reset(seed=0)
     >>> for command in info["walkthrough"]:

@@ -26,7 +26,7 @@ Steps take ~0.05 ms with afterstates on.
 
 Example::
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("keydoor", size=3, keys=1, game_seed=0)
     >>> obs, info = env.reset(seed=0)
     >>> for command in info["walkthrough"]:

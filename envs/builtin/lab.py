@@ -23,7 +23,7 @@ container if it is closed, move, focus).
 
 Example::
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("lab", objects=20, containers=8, game_seed=0)
     >>> obs, info = env.reset(seed=0)
     >>> len(info["legal_actions"]), info["action_templates"][-1]

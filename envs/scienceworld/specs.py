@@ -1,6 +1,6 @@
 """The ``scienceworld`` env id: one id, the task an option (ScienceWorld 1.2.3).
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("scienceworld", task="find-plant", split="heldout")  # doctest: +SKIP
 
 Variations are split by the benchmark itself (train / dev / test); rlid's ``train``
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlid.envs.registry import EnvSpec, Option, register
-from rlid.envs.scienceworld.tasks import SIMPLIFICATIONS, TASKS
+from rlid.envs.scienceworld.tasks import AMBIGUITY, SIMPLIFICATIONS, TASKS
 
 # No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
 NO_AFTERSTATES = Option(

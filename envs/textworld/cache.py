@@ -19,7 +19,7 @@ logic) is detected and regenerated.
 Generation runs in-process through ``textworld.challenges`` / ``textworld.generator``
 (about 1-3 s per game, no subprocess start-up); ``textworld`` is imported lazily.
 
-    >>> from envs.textworld import cache as tw_cache
+    >>> from rlid.envs.textworld import cache as tw_cache
     >>> path = tw_cache.ensure_game("tw-treasure_hunter", {"level": 1}, seed=0)  # doctest: +SKIP
 """
 

@@ -14,7 +14,7 @@ logic state (facts, applicable logic actions) in step with it.
 * observations: the game text without the banner, ``>`` prompt, status line and
   excess whitespace.
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("tw-treasure_hunter", level=1, game_seed=0)  # doctest: +SKIP
     >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
     >>> info["legal_actions"][:2], info["afterstates"][:2]  # doctest: +SKIP

@@ -4,7 +4,7 @@ Challenge ids map their options one-to-one onto ``tw-make <challenge>`` settings
 (TextWorld 1.7); ``tw-custom`` onto ``tw-make custom``; ``tw-file`` plays a game the
 user compiled. Generated games are cached on disk (:mod:`rlid.envs.textworld.cache`).
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("tw-cooking", recipe=2, take=1, go=6, cook=True, game_seed=0)  # doctest: +SKIP
 """
 

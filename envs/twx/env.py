@@ -23,7 +23,7 @@
 The game runs in this process's TextWorldExpress JVM (:mod:`rlid.envs.jvm`), one game object
 per env, started at the first reset.
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("twx-coin", numLocations=3, game_seed=0)  # doctest: +SKIP
     >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
     >>> info["legal_actions"][:3]  # doctest: +SKIP

@@ -3,7 +3,7 @@
 Options are the game's own parameters, named as the package names them
 (``numLocations``, ``includeDoors``, ...), with its ranges and defaults.
 
-    >>> import envs
+    >>> from rlid import envs
     >>> env = envs.make("twx-coin", numLocations=4, includeDoors=False)  # doctest: +SKIP
 
 The games come in folds of 1,000 seeds each (train 0-999, dev 10000-10999, test

@@ -17,10 +17,10 @@ next to each arm's before / after.
 
 Example::
 
-    >>> import envs
-    >>> from menus import Interface
-    >>> from rlid.core.train import evaluate
-    >>> env_list = [rlid.envs.make("keydoor", size=2, split="heldout")]
+    >>> from rlid import envs
+    >>> from rlid.menus import Interface
+    >>> from rlid.core.evaluate import evaluate
+    >>> env_list = [envs.make("keydoor", size=2, split="heldout")]
     >>> evaluate(WalkthroughPolicy(), env_list, 4, interface=Interface())["success"]
     1.0
 """

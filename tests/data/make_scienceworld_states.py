@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-import envs
-from envs.scienceworld.tasks import TASKS
+from rlid import envs
+from rlid.envs.scienceworld.tasks import TASKS
 
 OUT = Path(__file__).with_name("scienceworld_states.json")
 PRESETS = ("easy", "noElectricalAction", "none")
