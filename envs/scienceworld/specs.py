@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlid.envs.registry import EnvSpec, Option, register
-from rlid.envs.scienceworld.tasks import AMBIGUITY, SIMPLIFICATIONS, TASKS
+from rlid.envs.scienceworld.tasks import SIMPLIFICATIONS, TASKS
 
 # No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
 NO_AFTERSTATES = Option(
