@@ -369,12 +369,12 @@ def test_a_checkpoint_swapped_in_while_it_is_verified_is_verified_again(
     shutil.move(older, run / "checkpoint")  # the reader starts on the older one
     real, calls = rundir.verify_files, []
 
-    def swapped_meanwhile(root, digests, *, record):
+    def swapped_meanwhile(root, digests, *, record, **kw):
         calls.append(1)
         if len(calls) == 1:
             shutil.rmtree(run / "checkpoint")
             shutil.move(newer, run / "checkpoint")
-        return real(root, digests, record=record)
+        return real(root, digests, record=record, **kw)
 
     monkeypatch.setattr(rundir, "verify_files", swapped_meanwhile)
     state = rundir.verify_checkpoint(run / "checkpoint")

@@ -34,23 +34,27 @@ from transformers import AutoTokenizer
 from rlid import envs as envs_pkg
 from rlid.agents.card import model_card
 from rlid.config import TrainConfig
-from rlid.config.limits import check_machine_limits
+from rlid.config.limits import check_field, check_machine_limits
 from rlid.config.registry import get_plane
 from rlid.core.evaluate import evaluate, follow_walkthroughs, write_episodes
 from rlid.core.protocols import MenuPolicy
 from rlid.core.rollout import Episode
 from rlid.lm.hardware import Precision
 from rlid.lm.lora import attach_adapters
+from rlid.lm.model_folder import check_closed_set
 from rlid.lm.models import own_memory
 from rlid.lm.starts import base_model_path, load_dtype, load_policy_model, load_run_model
 from rlid.menus import make_memory
 from rlid.runs import dir as rundir
-from rlid.runs.files import resolve_link, staged_dir
+from rlid.runs.files import refuse_link, staged_dir
 from rlid.runs.history import checkpointed_rows
+from rlid.runs.integrity import FILES, file_digests
 from rlid.runs.log import RunLog, check_checkpoint, read_run_config
+from rlid.runs.outdir import claim_output_dir
 
 FORMAT = "rlid-agent"
 FORMAT_VERSION = 1
+INTERFACE = "interface.json"
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class EvalRequest:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {self.episodes}")
+        check_field("eval", "episodes", self.episodes)
+        check_field("eval", "seed", self.seed)
         path = self.episodes_out
         if path is not None:
             if self.walkthrough:
@@ -189,15 +195,17 @@ def _play(config: TrainConfig, model: Any, tokenizer: Any, request: EvalRequest)
 # --------------------------------------------------------------------------- export
 def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     """Write the agent of ``run``'s last checkpoint to the new directory ``out``."""
-    run, out = Path(run), resolve_link(out)  # a link: export where it points
+    # the rule every writing command follows: a link named OUT is followed to its target
+    run = Path(run)
+    out = claim_output_dir(
+        Path(out), flag="OUT", is_own=lambda _: False, ignore=(), create_target=True
+    )
     # Read-only, as `rlid eval`: no lock, so a running training can be exported alongside.
     config, _ = read_run_config(run)
     ckpt = run / rundir.CHECKPOINT
     if not (ckpt / "state.json").exists():
         raise FileNotFoundError(f"{run} has no checkpoint yet; nothing to export")
     check_checkpoint(ckpt, config, action="export")
-    if out.exists() and any(out.iterdir()):
-        raise ValueError(f"{out} already holds files; choose a new export directory")
     log = RunLog(run, config, resuming=True)
     lora = config.lora_rank > 0
     if merge_lora and not lora:
@@ -229,29 +237,39 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
             else {"merged": merge_lora, "base_model_name_or_path": None if merge_lora else base},
             "train_config": config.to_dict(),
         }
-        rundir.write_json(tmp / "interface.json", interface)
         evals = (
             rundir.read_json(run / "eval.json", sealed=True) if (run / "eval.json").exists() else {}
         )
         rundir.atomic_write_text(
             tmp / "README.md", model_card(config, evals, checkpointed_rows(run, ckpt), interface)
         )
+        # a closed set: every other file with its sha256, checked (and nothing else
+        # accepted) wherever the agent is loaded (rlid.lm.model_folder.check_closed_set)
+        interface[FILES] = file_digests(tmp, skip=(INTERFACE,))
+        rundir.write_json(tmp / INTERFACE, interface, sealed=True)
     return out
 
 
 # ------------------------------------------------------------------------- loading
 # ------------------------------------------------------------------------- loading
 def read_interface(path: Path) -> dict[str, Any]:
+    """An exported agent's ``interface.json``, checked: its own sha256, and every file of
+    the agent against the digests it lists, no other file accepted (an agent exported
+    by an earlier version lists none)."""
     path = Path(path)
-    file = path / "interface.json"
+    file = path / INTERFACE
+    refuse_link(file)
     if not file.is_file():
         raise FileNotFoundError(
             f"{path} is not an exported rlid agent (no interface.json); write one with "
             "`rlid export RUN OUT`"
         )
-    data = rundir.read_json(file)
-    if data.get("format") != FORMAT or data.get("format_version", 0) > FORMAT_VERSION:
+    data = rundir.read_json(file, sealed=True)
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(
+        data.get("format_version", 0), int
+    ) or data.get("format_version", 0) > FORMAT_VERSION:  # fmt: skip
         raise ValueError(f"{file} is not an rlid agent of format version <= {FORMAT_VERSION}")
+    check_closed_set(path)
     return data
 
 

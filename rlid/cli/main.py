@@ -28,7 +28,7 @@ from pathlib import Path
 
 # standard library only: keeps `rlid --help` fast
 from rlid.config.flags import add_env_option_argument
-from rlid.config.limits import one_line
+from rlid.config.limits import PrintableStream, check_flags, one_line
 from rlid.runs.files import os_error_of
 from rlid.runs.lock import RunLockedError
 from rlid.runs.stop import (
@@ -224,6 +224,17 @@ def _print_native_crashes() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # one rule for every string printed back (errors, notes, summaries, argparse's own
+    # messages): nothing a file or option name holds can drive the terminal
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(streams[0]), PrintableStream(streams[1])
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
@@ -234,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _print_native_crashes()
     previous = terminate_by_exception()  # SIGTERM in any phase: a line, not a vanishing
     try:
+        check_flags(args.command, vars(args))  # counts and sizes, before any work
         code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code

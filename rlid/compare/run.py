@@ -49,6 +49,7 @@ from rlid.runs import dir as rundir
 from rlid.runs.files import LinkRefusedError, link_message
 from rlid.runs.lock import LOCK_NAME, RunLock, RunLockedError, is_empty_dir
 from rlid.runs.log import read_run_config
+from rlid.runs.outdir import claim_output_dir
 from rlid.runs.pin import describe
 from rlid.runs.stop import RunStopped, StopSignals, signal_name
 
@@ -316,7 +317,44 @@ def _prepare(
             if state != "finished":
                 check_model_available(run)
                 check_machine_limits(run.config)  # threads, workers, batch memory
+    check_same_comparison(compare, out)  # one --out, one comparison: one writer's settings
     rundir.write_json(out / "comparison.json", compare.to_dict())
+
+
+_SHARED_SETTINGS = ("name", "budget", "heldout_episodes", "interface", "interface_differences",
+                    "defaults", "references")  # fmt: skip
+
+
+def check_same_comparison(compare: CompareConfig, out: Path) -> None:
+    """A second ``rlid compare`` on an ``--out`` that holds a comparison with other
+    settings (another budget, held-out episodes, interface, or an arm or env of the same
+    name defined otherwise) is refused: its runs would be reported as one comparison's.
+    Selecting arms, envs or seeds (``--arms`` ...) is fine."""
+    path = out / "comparison.json"
+    if not path.is_file():
+        return
+    try:
+        theirs = rundir.read_json(path)
+    except ValueError:
+        theirs = None
+    if not isinstance(theirs, dict):
+        raise ValueError(f"{path} is not a comparison record; choose another --out")
+    ours = compare.to_dict()
+    differing = [k for k in _SHARED_SETTINGS if json.dumps(theirs.get(k), sort_keys=True)
+                 != json.dumps(ours.get(k), sort_keys=True)]  # fmt: skip
+    for key in ("arms", "envs"):
+        known = {e.get("name"): e for e in theirs.get(key) or [] if isinstance(e, dict)}
+        for entry in ours[key]:
+            if entry["name"] in known and known[entry["name"]] != json.loads(json.dumps(entry)):
+                differing.append(f"{key[:-1]} {entry['name']}")
+    if differing:
+        budget = theirs.get("budget") or {}
+        raise ValueError(
+            f"--out {out} holds a comparison with other settings (differs in: "
+            f"{', '.join(differing)}; its budget is {budget.get('amount')} "
+            f"{budget.get('currency')}); its runs would be reported with this one's. Use "
+            "another --out, or the config that comparison was started with"
+        )
 
 
 def _train_or_reuse(
@@ -497,14 +535,14 @@ def _checkpointed_iteration(run_dir: Path) -> int:
 
 def check_output_dir(out: Path) -> None:
     """``--out`` must be new, empty, or an earlier output of ``rlid compare``."""
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {out} is a file; give a directory")
-    started = out.exists() and any(p.name not in (LOCK_NAME, CLAIMS) for p in out.iterdir())
-    if started and not (out / "comparison.json").is_file():
-        raise ValueError(
-            f"--out {out} already holds files and is not the output of `rlid compare` (no "
+    # the rule every writing command follows (rlid.runs.outdir), then compare's own
+    claim_output_dir(
+        out, flag="--out", is_own=lambda p: (p / "comparison.json").is_file(),
+        ignore=(LOCK_NAME, CLAIMS), occupied=lambda p, _: (
+            f"--out {p} already holds files and is not the output of `rlid compare` (no "
             "comparison.json); choose a new or empty directory so nothing there is overwritten"
-        )
+        ),
+    )  # fmt: skip
     if out.is_dir():
         refuse_output_links(out)
 

@@ -48,11 +48,54 @@ def read_config(path: Path) -> dict[str, Any]:
     return data
 
 
+CLOSED_RECORDS = (
+    ("interface.json", "the exported agent"),
+    ("manifest.json", "the start"),
+    ("pretrain.json", "the warm start"),
+)
+"""Records by which rlid lists every file of a folder it wrote (an exported agent, the
+shipped start, a warm start built by ``rlid pretrain``) with its sha256, the first one
+present (with a ``files`` table) deciding. Such a folder is a closed set."""
+
+
+def check_closed_set(path: Path) -> bool:
+    """A folder rlid wrote and listed (:data:`CLOSED_RECORDS`) holds exactly the files
+    its record lists, each with its sha256; else one line naming the file (an unlisted
+    adapter, chat template or config would change what loads). Returns whether a record
+    was found (False: a folder of an earlier version, or of another tool)."""
+    # lazy: the run-directory layer's digests (no torch), only where a folder is checked
+    from rlid.runs.dir import read_json
+    from rlid.runs.files import refuse_link
+    from rlid.runs.integrity import verify_files
+
+    path = Path(path)
+    present = tuple(name for name, _ in CLOSED_RECORDS if (path / name).exists())
+    for name, what in CLOSED_RECORDS:
+        record = path / name
+        if name not in present:
+            continue
+        refuse_link(record)
+        if not record.is_file():
+            raise UntrustedModelError(f"{record} is not a regular file")
+        try:
+            data = read_json(record, sealed=name == "interface.json")
+        except ValueError as err:
+            raise UntrustedModelError(str(err)) from None
+        if not isinstance(data, dict) or "files" not in data:
+            continue
+        # every other file, another record included, must be listed
+        verify_files(path, data["files"], record=record, closed=True, skip=(name,), what=what)
+        return True
+    return False
+
+
 def check_model_folder(path: Path, *, adapters: bool = False) -> None:
     """Refuse a folder whose loading would run its code or read pickles, or that cannot
-    load (see the module docstring). ``adapters``: a LoRA adapter folder (weights
+    load (see the module docstring); a folder rlid listed must hold exactly its listed
+    files (:func:`check_closed_set`). ``adapters``: a LoRA adapter folder (weights
     ``adapter_model.safetensors``, no tokenizer needed)."""
     path = Path(path)
+    check_closed_set(path)
     for name in CONFIG_FILES:
         if not (path / name).is_file():
             continue

@@ -61,20 +61,43 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+WEIGHTS_FILE = "model.safetensors"
+
+
 def check_shipped(path: Path | None = None) -> Path:
-    """The shipped start's directory, after checking its weights against the manifest."""
+    """The shipped start's directory, after checking it against its manifest: a closed
+    set, every file listed with its sha256 (``files``) and nothing else there (a chat
+    template or an adapter added to it would change every prompt or weight)."""
+    # lazy: the digests of the run-directory layer
+    from rlid.runs.integrity import DamagedFileError, verify_files
+
     path = path or shipped_dir()
     manifest = read_manifest(path)
-    weights = path / manifest["weights"]["file"]
-    if not weights.is_file():
-        raise FileNotFoundError(
-            f"the shipped start's weights {weights} are missing: reinstall rlid"
-        )
-    if file_sha256(weights) != manifest["weights"]["sha256"]:
+    weights = manifest["weights"]
+    files = manifest.get("files")
+    file = path / MANIFEST
+    if not isinstance(weights, dict) or weights.get("file") != WEIGHTS_FILE:
+        raise ValueError(f"{file}: the weights must be {WEIGHTS_FILE}: reinstall rlid")
+    if not isinstance(files, dict) or files.get(WEIGHTS_FILE) != weights.get("sha256"):
         raise ValueError(
-            f"the shipped start's weights {weights} do not match the sha256 in its manifest "
-            "(damaged or replaced): reinstall rlid"
+            f"{file} does not list every file of the start with its sha256 (or lists other "
+            "weights than its 'weights' entry): reinstall rlid"
         )
+    if not (path / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(
+            f"the shipped start's weights {path / WEIGHTS_FILE} are missing: reinstall rlid"
+        )
+    if file_sha256(path / WEIGHTS_FILE) != weights.get("sha256"):
+        raise ValueError(
+            f"the shipped start's weights {path / WEIGHTS_FILE} do not match the sha256 in its "
+            "manifest (damaged or replaced): reinstall rlid"
+        )
+    try:
+        verify_files(path, files, record=file, closed=True, skip=(MANIFEST,), what="the start")
+    except DamagedFileError as err:
+        raise ValueError(
+            f"the shipped start is damaged or changed: {err}; reinstall rlid"
+        ) from None
     return path
 
 
@@ -92,11 +115,17 @@ def make_manifest(model_dir: Path, *, command: str, corpus: str) -> dict[str, An
         "answered_labels": record.get("answered_labels"),
         "final_loss": record.get("final_loss"),
         "weights": {
-            "file": "model.safetensors",
-            "sha256": file_sha256(Path(model_dir) / "model.safetensors"),
+            "file": WEIGHTS_FILE,
+            "sha256": file_sha256(Path(model_dir) / WEIGHTS_FILE),
             "dtype": "float32",
         },
         "built_with": record.get("software"),
+        # a closed set: every file of the start but this manifest (check_shipped)
+        "files": {
+            p.name: file_sha256(p)
+            for p in sorted(Path(model_dir).iterdir())
+            if p.is_file() and p.name != MANIFEST
+        },
     }
 
 

@@ -263,7 +263,9 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
         text = path.read_bytes()
         state = check_state_record(read_json(path, sealed=True), path)
         try:
-            verify_files(Path(ckpt), state.get(FILES, {}), record=path)
+            # a closed set: a file it does not list (an adapter, a chat template) is
+            # refused, not loaded; a checkpoint of an earlier version lists none
+            verify_files(Path(ckpt), state.get(FILES, {}), record=path, closed=FILES in state)
         except ValueError:
             # a training run alongside (eval and export take no lock) may have swapped
             # in its next checkpoint meanwhile: then check that one instead

@@ -144,6 +144,8 @@ def apply_umask(root: Path) -> None:
     """Give ``root`` and everything under it umask permissions (safetensors writes 0600)."""
     mask = umask()
     for path in [root, *root.rglob("*")]:
+        if path.is_symlink():  # planted in a staging directory: never chmod through it
+            raise LinkRefusedError(link_message(path))
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 

@@ -15,12 +15,11 @@ stops the run before it is logged or checkpointed, keeping the last good checkpo
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
-import os
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,11 +33,15 @@ from rlid.runs import dir as rundir
 from rlid.runs import history
 from rlid.runs.files import refuse_link
 from rlid.runs.lock import LOCK_NAME, RunLock, is_empty_dir
+from rlid.runs.outdir import claim_output_dir
 from rlid.runs.pin import check_pin
 from rlid.runs.software import software_record
 from rlid.runs.state import LEGACY_NAME, legacy_message
 from rlid.runs.summary import write_curves, write_summary
 from rlid.runs.trackers import RunTrackers
+
+RUN_ID = "run_id"
+"""The key of a run's identity in its config.json and in each checkpoint's state.json."""
 
 
 class NonFiniteError(ValueError):
@@ -145,6 +148,9 @@ class RunLog:
         self.metrics: list[dict[str, Any]] = []
         self.checkpoint_wall = 0.0  # the budget's wall time at the last checkpoint
         self._lock = lock
+        # the run's identity (config.json "run_id"), written into each of its checkpoints
+        # so that a checkpoint copied in from another run is refused (check_checkpoint)
+        self.run_id: str | None = None
         self.trackers = RunTrackers(  # rank 0 alone reports to trackers
             path, config.report_to if writer else (), currency=config.budget_currency,
             config=config.to_dict(), resuming=resuming,
@@ -184,8 +190,6 @@ class RunLog:
         if not writer:  # rank 0 checks and creates the directory
             return cls(path, config, resuming=False, writer=False, pins=pins)
         check_writable_dir(path)
-        if not is_empty_dir(path):
-            raise ValueError(_occupied(path))
         return cls(path, config, resuming=False, pins=pins)
 
     @classmethod
@@ -205,7 +209,9 @@ class RunLog:
         recorded = raw.get("start_model")
         if ckpt is not None and needs_start_model and recorded and pins is not None:
             check_pin(recorded, pins(str(recorded["model"])), path)
-        return cls(path, saved, resuming=ckpt is not None, lock=lock, pins=pins)  # rows: restore
+        log = cls(path, saved, resuming=ckpt is not None, lock=lock, pins=pins)  # rows: restore
+        log.run_id = run_id_of(raw)
+        return log
 
     def start(self) -> None:
         """Take the lock (new run) and write config.json (call once setup has succeeded)."""
@@ -218,10 +224,12 @@ class RunLog:
             if not is_empty_dir(self.path):  # another run got here first
                 self.close()
                 raise ValueError(_occupied(self.path))
+            self.run_id = uuid.uuid4().hex
             rundir.write_json(
                 self.path / "config.json",
                 sealed=True,
                 data={
+                    RUN_ID: self.run_id,
                     "config": self.config.to_dict(),
                     "fingerprint": config_fingerprint(self.config),
                     "start_model": self._pin(),
@@ -339,6 +347,7 @@ class RunLog:
             "budget": budget.to_dict(),
             "fingerprint": config_fingerprint(self.config),
             "world_size": len(rng_states) if rng_states else 1,
+            **({RUN_ID: self.run_id} if self.run_id is not None else {}),
         }
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
@@ -507,23 +516,11 @@ def _occupied(path: Path) -> str:
 
 
 def check_writable_dir(path: Path) -> None:
-    """Fail early (before any model loads) when ``path`` cannot become a run directory."""
-
-    path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise FileNotFoundError(
-            f"--out {path} is a symbolic link to {os.readlink(path)}, which does not exist: "
-            "create that directory, or give another --out"
-        )
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "--out is a file, not a directory", str(path))
-    parent = path
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "part of --out is a file", str(parent))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, "cannot write under this directory", str(parent))
+    """Fail early (before any model loads) when ``path`` cannot become a new run
+    directory: the rule every writing command follows (:mod:`rlid.runs.outdir`)."""
+    claim_output_dir(
+        Path(path), flag="--out", is_own=lambda _: False, occupied=lambda p, _: _occupied(p)
+    )
 
 
 def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume") -> None:
@@ -551,7 +548,32 @@ def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume")
             f"cannot {action}: the checkpoint in {ckpt} is incomplete (missing: "
             f"{', '.join(missing)}); restore those files, or start a new run.{never}"
         )
-    rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
+    state = rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
+    check_run_identity(ckpt, state, action=action)
+
+
+def run_id_of(raw: dict[str, Any]) -> str | None:
+    """The run id config.json records (None: a run of an earlier version)."""
+    value = raw.get(RUN_ID)
+    return value if isinstance(value, str) else None
+
+
+def check_run_identity(ckpt: Path, state: dict[str, Any], *, action: str) -> None:
+    """The checkpoint was written by the run whose directory holds it: its ``run_id``
+    is the one in the run's config.json (a run of an earlier version records none)."""
+    ckpt = Path(ckpt)
+    raw = rundir.read_json(ckpt.parent / "config.json", sealed=True)
+    ours = run_id_of(raw) if isinstance(raw, dict) else None
+    if ours is None:
+        return
+    theirs = state.get(RUN_ID)
+    if theirs != ours:
+        whose = f"run {str(theirs)[:40]}" if theirs else "a run that records no id"
+        raise ValueError(
+            f"cannot {action}: the checkpoint in {ckpt} was written by another run ({whose}; "
+            f"{ckpt.parent / 'config.json'} is run {ours}), copied in from elsewhere; restore "
+            "this run's own checkpoint, or use the run it came from"
+        )
 
 
 def _refuse_restart_without_checkpoint(path: Path, config: TrainConfig) -> None:

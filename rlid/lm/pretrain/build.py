@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from rlid.config.limits import BOUNDS, check_field
 from rlid.lm.models import build_model_from_config, model_config, save_policy_model
 from rlid.lm.pretrain.config import (
     CHECKPOINT_EVERY,
@@ -29,8 +30,10 @@ from rlid.lm.pretrain.corpus import training_sequences
 from rlid.lm.pretrain.lm import batch_backward
 from rlid.lm.tokenizer import build_tiny_tokenizer
 from rlid.menus.labels import parse_alphabet
-from rlid.runs.files import remove_leftovers, staged_dir
-from rlid.runs.lock import RunLock
+from rlid.runs.files import atomic_write_text, remove_leftovers, staged_dir
+from rlid.runs.integrity import file_digests
+from rlid.runs.lock import LOCK_NAME, RunLock
+from rlid.runs.outdir import check_work_dir, claim_output_dir
 from rlid.runs.pin import weights_hash
 from rlid.runs.software import software_record
 from rlid.runs.state import load_state, save_state
@@ -41,6 +44,48 @@ from rlid.runs.stop import RunStopped, StopSignals
 _PROGRESS_DIRS = ("progress", ".progress.old")  # the checkpoint, and the one it replaces
 # where a save of each is staged; what a killed save left under them is removed on resume
 _PROGRESS_STAGING, _CORPUS_STAGING = ".progress.", ".corpus."
+
+
+_WORK_ALLOWED = (LOCK_NAME, "progress", ".progress", "corpus", ".corpus")
+"""What a build keeps in its build directory (and the staging names derived from them)."""
+PRETRAIN_RECORD = "pretrain.json"
+
+
+_MODEL_NAMES = (
+    PRETRAIN_RECORD, "config.json", "generation_config.json", "model.safetensors",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+)  # fmt: skip
+"""What a build writes into its output (``save_policy_model`` and the record)."""
+
+
+def is_pretrain_output(path: Path) -> bool:
+    """``path`` holds nothing but what a build writes there (a finished build, or one
+    whose record a crash cut off): a build may replace it."""
+    return all(p.name in _MODEL_NAMES for p in Path(path).iterdir())
+
+
+def claim_pretrain_dirs(out: Path, *, flag: str = "--out") -> tuple[Path, Path]:
+    """``(target, build directory)`` of a build into ``out``, checked before any work by
+    the rule every writing command follows (:mod:`rlid.runs.outdir`): a link named by
+    the user is followed to its (existing) target; a directory holding files that are
+    not a finished build's is refused; the build directory is never a link and holds
+    only what a build writes there."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"{out} is a file, not a model directory: choose another output")
+    target = claim_output_dir(Path(out), flag=flag, is_own=is_pretrain_output)
+    work = work_dir(target)
+    check_work_dir(work, allowed=_WORK_ALLOWED, what=f"the build directory of {target}")
+    return target, work
+
+
+def check_pretrain_bounds(config: PretrainConfig, *, checkpoint_every: int = 0) -> None:
+    """Every count, size and scale of a build within :data:`rlid.config.limits.BOUNDS`,
+    before any work (``--batch-size 1e9`` allocated for a minute before failing)."""
+    for name in BOUNDS["pretrain"]:
+        value = checkpoint_every if name == "checkpoint_every" else getattr(config, name, None)
+        check_field(
+            "pretrain", name, value, shown="--episodes" if name == "episodes_per_env" else None
+        )
 
 
 def work_dir(out: Path) -> Path:
@@ -220,12 +265,15 @@ def save_unfinished(out: Path, dest: Path) -> dict[str, Any]:
         raise ValueError(
             f"{dest} is where the build writes its finished model; save the snapshot elsewhere"
         )
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise ValueError(f"{dest} exists and is not empty; a snapshot goes to a new directory")
+    dest = claim_output_dir(
+        dest, flag="--snapshot", is_own=lambda _: False, ignore=(),
+        occupied=lambda p, _: f"{p} exists and is not empty; a snapshot goes to a new directory",
+    )  # fmt: skip
+    check_work_dir(work_dir(Path(out)), allowed=_WORK_ALLOWED, what=f"the build directory of {out}")
     model, tokenizer, info = load_unfinished(out)
     save_policy_model(model, tokenizer, dest)
     record = {"unfinished_build": str(out), **info}
-    (dest / "snapshot.json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_text(dest / "snapshot.json", json.dumps(record, indent=2) + "\n")
     return info
 
 
@@ -271,10 +319,8 @@ def pretrain(
     """
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
-    target = Path(out)
-    if target.exists() and not target.is_dir():  # refused now, not after the build
-        raise ValueError(f"{target} is a file, not a model directory: choose another output")
-    work = work_dir(target)
+    check_pretrain_bounds(config, checkpoint_every=checkpoint_every)
+    target, work = claim_pretrain_dirs(Path(out))  # refused now, not after the build
     lock = RunLock(work, "rlid pretrain").acquire(create=True)
     finished = False
     try:
@@ -401,6 +447,7 @@ def _pretrain_locked(
                     resume_with="the same command (the build resumes)",
                 )  # fmt: skip
     model.eval()
+    claim_pretrain_dirs(target)  # again: nothing planted there meanwhile is replaced
     save_policy_model(model, tokenizer, target)
     info = {
         "config": asdict(config),
@@ -418,6 +465,9 @@ def _pretrain_locked(
         # level, torch / transformers build) writes other weights
         "sha256": weights_hash(target),
         "software": software_record(),
+        # a closed set: every file of the start with its sha256, and nothing else is
+        # loaded from it (rlid.lm.model_folder.check_closed_set)
+        "files": file_digests(target, skip=(PRETRAIN_RECORD,)),
     }
-    (target / "pretrain.json").write_text(json.dumps(info, indent=2))
+    atomic_write_text(target / PRETRAIN_RECORD, json.dumps(info, indent=2))
     return info
