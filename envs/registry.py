@@ -167,7 +167,8 @@ def make(env_id: str, **options: Any):
 
 
 def parse_option_strings(pairs: list[str]) -> dict[str, str]:
-    """Parse CLI ``k=v`` strings into a dict (values stay strings; ``make`` converts them)."""
+    """Parse CLI ``k=v`` strings into a dict (values stay strings: :func:`typed_options`
+    converts them once the env id is known; ``TrainConfig`` does)."""
     out: dict[str, str] = {}
     for pair in pairs:
         if "=" not in pair:
@@ -178,6 +179,25 @@ def parse_option_strings(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"env option {pair!r} has an empty key")
         out[key] = value.strip()
     return out
+
+
+def typed_options(env_id: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with every value converted to the type its env documents (``"30"`` ->
+    ``30`` for ``max_episode_steps``), so configs, summaries and model cards record the
+    value that is played. What does not convert (an unknown env id or option name, a value
+    its option refuses) is left as given, for ``make`` / ``EnvSpec.resolve`` to report."""
+    spec = _REGISTRY.get(env_id) if isinstance(env_id, str) else None
+    if spec is None:
+        return dict(options)
+    table = spec.all_options()
+    typed: dict[str, Any] = {}
+    for name, value in options.items():
+        option = table.get(name)
+        try:
+            typed[name] = value if option is None else option.check(env_id, name, value)
+        except ValueError:
+            typed[name] = value
+    return typed
 
 
 def make_gym(env_id: str, render_mode: str | None = None, **options: Any) -> Any:
