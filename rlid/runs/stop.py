@@ -6,8 +6,9 @@ iteration since the last checkpoint. Inside :class:`StopSignals` the first SIGTE
 SIGINT only sets a flag; the trainer checks it at the end of each iteration (all ranks
 together: :func:`rlid.lm.distributed.any_rank`), writes a checkpoint and raises
 :class:`RunStopped`, so the same command resumes with nothing lost. A second signal
-stops at once, as without the handler (Ctrl-C: ``KeyboardInterrupt``; SIGTERM: the
-default action, termination), unless it comes within ``REPEAT_AFTER`` seconds of the
+stops at once, as without the handler (Ctrl-C: ``KeyboardInterrupt``; SIGTERM:
+:class:`Terminated`, so the command still ends with one line and its lock record
+cleared), unless it comes within ``REPEAT_AFTER`` seconds of the
 first: one stop is often delivered twice (Ctrl-C reaches every process of the
 terminal's group, and torchrun, which also gets it, sends it on to its workers; a
 cluster signals every process of the job, torchrun included), and the copy must not
@@ -164,11 +165,10 @@ class StopSignals:
             print(f"\nrlid: {name} again: stopping at once", file=sys.stderr, flush=True)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
-            # the default action, even where the handler restored above would raise
-            # Terminated (the CLI's): at once, also in the middle of a native call
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
+            # at once, as an exception (not the default action, which killed the process
+            # by the signal: no final line, the lock record left behind): the CLI prints
+            # one line and clears the lock record on the way out
+            raise Terminated(signum)
         self.signum, self._first_at = signum, time.monotonic()
         if self._announce:
             print(
