@@ -27,10 +27,23 @@ def _num(value: Any, digits: int = 2) -> str:
     return f"{int(value):,}" if abs(value) >= 1 else f"{value:.{digits}f}"
 
 
-def _iv(entry: dict[str, float] | None) -> str:
+ONE_SEED = "n/a (1 seed)"
+
+
+def _iv(entry: dict[str, float] | None, *, single: str | None = ONE_SEED) -> str:
+    """``mean [low, high]``; an interval over one seed (``n`` or ``runs`` per env = 1) is
+    none: ``mean [n/a (1 seed)]``, or the mean alone where ``single`` is None (a
+    deterministic reference, evaluated once)."""
     if not entry:
         return "n/a"
+    if entry.get("n", entry.get("runs")) == 1:
+        return f"{entry['mean']:.2f}" + (f" [{single}]" if single else "")
     return f"{entry['mean']:.2f} [{entry['low']:.2f}, {entry['high']:.2f}]"
+
+
+def _single(reference: str) -> str | None:
+    """How a one-value interval of ``reference`` reads: a deterministic one has none."""
+    return ONE_SEED if reference in STOCHASTIC_REFERENCES else None
 
 
 def _names(arms: list[str] | None) -> str:
@@ -179,36 +192,45 @@ def _arms_section(comp: dict[str, Any]) -> list[str]:
 
 def _reference_success(env: dict[str, Any], reference: str) -> str:
     entry = (env.get("references") or {}).get(reference)
-    return _iv(entry["heldout"]["success"]) if entry else "n/a"
+    return _iv(entry["heldout"]["success"], single=_single(reference)) if entry else "n/a"
 
 
 def _suite_section(results: dict[str, Any]) -> list[str]:
-    """Per env and arm: floor (random) / before / after / ceiling (walkthrough) success."""
+    """Per env and arm: floor (random) / before / after / ceiling (walkthrough) success;
+    the ceiling and afterstate columns only where the comparison measured them."""
     if not any(env.get("references") for env in results["envs"].values()):
         return []
-    marks = any("afterstate" in (env.get("references") or {}) for env in results["envs"].values())
-    lines = ["## Held-out success: floor / before / after / ceiling", ""]
+    measured = {r for env in results["envs"].values() for r in env.get("references") or {}}
+    marks, ceilings = "afterstate" in measured, "walkthrough" in measured
+    title = "floor / before / after" + (" / ceiling" if ceilings else "")
+    lines = [f"## Held-out success: {title}", ""]
     rows = []
     for env_name, env in results["envs"].items():
         floor = _reference_success(env, "random")
-        ceiling = _reference_success(env, "walkthrough")
         extra = [_reference_success(env, "afterstate")] if marks else []
+        extra += [_reference_success(env, "walkthrough")] if ceilings else []
         for arm, s in env["arms"].items():
             before, after = s["heldout"]["before"], s["heldout"]["after"]
             rows.append(
-                [env_name, arm, floor, _iv(before["success"]), _iv(after["success"])]
-                + extra + [ceiling]
-            )  # fmt: skip
+                [env_name, arm, floor, _iv(before["success"]), _iv(after["success"])] + extra
+            )
     lines += _table(
         ["env", "arm", "floor (random)", "before", "after"]
-        + (["afterstate marks"] if marks else []) + ["ceiling (walkthrough)"], rows,
+        + (["afterstate marks"] if marks else [])
+        + (["ceiling (walkthrough)"] if ceilings else []), rows,
     )  # fmt: skip
     lines.append(
-        "Floor and ceiling are untrained reference arms (uniform over legal actions; the "
-        "env's walkthrough) measured by the same held-out evaluation; the random one once "
-        "per seed, the deterministic walkthrough once."
+        (
+            "Floor and ceiling are untrained reference arms (uniform over legal actions; the "
+            "env's walkthrough) measured by the same held-out evaluation; the random one once "
+            "per seed, the deterministic walkthrough once."
+            if ceilings
+            else "The floor is an untrained reference arm (uniform over legal actions) "
+            "measured by the same held-out evaluation, once per seed; no ceiling was asked "
+            'for (`references = ["random", "walkthrough"]` adds the walkthrough\'s).'
+        )
         + (
-            " \"afterstate marks\" is a third, once per seed: the row whose afterstate the "
+            " \"afterstate marks\" is another, once per seed: the row whose afterstate the "
             "menu marks as winning, else scoring the most, else any row not marked as losing "
             "(what reading the menu one step ahead gives)."
             if marks else ""
@@ -233,10 +255,11 @@ def _env_sections(
             _num((before["success"] or {}).get("mean")), _num((before["return"] or {}).get("mean")),
         ])  # fmt: skip
     for reference, r in (env.get("references") or {}).items():
-        held = r["heldout"]
+        held, single = r["heldout"], _single(reference)
         rows.append([
-            f"({reference})", _iv(held["success"]), _iv(held["return"]),
-            _iv(held["normalized_score"]), _num((held["episode_length"] or {}).get("mean")),
+            f"({reference})", _iv(held["success"], single=single),
+            _iv(held["return"], single=single), _iv(held["normalized_score"], single=single),
+            _num((held["episode_length"] or {}).get("mean")),
             "-", "-",
         ])  # fmt: skip
     lines += _table(
@@ -402,8 +425,8 @@ def references_table(compare: Any, refs: dict[str, dict[str, Any]]) -> str:
         held = [(got.get(r) or {}).get("heldout", {}) for r in compare.references]
         rows.append(
             [env.name]
-            + [_iv(h.get("success")) for h in held]
-            + [_iv(h.get("return")) for h in held]
+            + [_iv(h.get("success"), single=_single(r)) for r, h in zip(compare.references, held)]
+            + [_iv(h.get("return"), single=_single(r)) for r, h in zip(compare.references, held)]
         )
 
     seeds = ", ".join(str(s) for s in compare.seeds)
