@@ -180,10 +180,10 @@ def test_demo_validates_before_training(monkeypatch, capsys, tmp_path):
         raise AssertionError("training started before the arguments were checked")
 
     monkeypatch.setattr(trainer_mod, "train", no_training)
-    assert cli_main(["demo", "--steps", "0", "--env", "nosuch"]) == 2
+    assert cli_main(["demo", "--steps", "8", "--env", "nosuch"]) == 2
     assert "unknown env id 'nosuch'" in _one_line_error(capsys)
     assert cli_main(["demo", "--steps", "0", "--env", "keydoor"]) == 2
-    assert "steps must be >= 1" in _one_line_error(capsys)
+    assert "--steps 0 is out of range" in _one_line_error(capsys)
     assert cli_main(["demo", "--env", "keydoor", "-o", "size=99"]) == 2
     assert "size" in _one_line_error(capsys)
     (tmp_path / "keep").write_text("x")

@@ -231,4 +231,6 @@ def test_audit_refuses_text_that_could_drive_the_terminal(tmp_path, capsys, cont
 
 def test_audit_threads_are_bounded(capsys):
     assert cli_main(["audit", "--threads", "100000"]) == 2
-    assert "--threads 100000 is not between 1 and" in one_line_of(capsys.readouterr().err)
+    assert "--threads 100000 is out of range" in one_line_of(capsys.readouterr().err)
+    assert cli_main(["audit", "--threads", "4000"]) == 2  # within the table, not this machine
+    assert "--threads 4000 is not between 1 and" in one_line_of(capsys.readouterr().err)

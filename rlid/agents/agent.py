@@ -46,7 +46,7 @@ from rlid.lm.models import own_memory
 from rlid.lm.starts import base_model_path, load_dtype, load_policy_model, load_run_model
 from rlid.menus import make_memory
 from rlid.runs import dir as rundir
-from rlid.runs.files import refuse_link, staged_dir
+from rlid.runs.files import refuse_link, staged_dir, write_errors_as_os_errors
 from rlid.runs.history import checkpointed_rows
 from rlid.runs.integrity import FILES, file_digests
 from rlid.runs.log import RunLog, check_checkpoint, read_run_config
@@ -88,6 +88,12 @@ class EvalRequest:
         if self.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {self.episodes}")
         check_field("eval", "episodes", self.episodes)
+        split = (self.env_options or {}).get("split")
+        if split is not None and split != self.split:
+            raise ValueError(
+                f"-o split={str(split)[:40]} would do nothing: --split {self.split} picks the "
+                "games an evaluation plays; give --split instead"
+            )
         check_field("eval", "seed", self.seed)
         path = self.episodes_out
         if path is not None:
@@ -219,7 +225,8 @@ def export_run(run: Path, out: Path, *, merge_lora: bool = False) -> Path:
     policy = get_plane(config.plane).make_policy(config, model, tokenizer)
     labels = getattr(policy, "labels", None)
 
-    with staged_dir(out) as tmp:  # an empty `out` is replaced
+    # a full disk names the export directory (not a bare "No space left on device")
+    with write_errors_as_os_errors(out), staged_dir(out) as tmp:  # an empty `out` is replaced
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         interface = {

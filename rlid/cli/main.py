@@ -168,7 +168,7 @@ _OS_HINTS = {
     errno.EACCES: "check its permissions or choose another path",
     errno.EPERM: "check its permissions or choose another path",
     errno.EROFS: "the filesystem is read-only: choose a writable path",
-    errno.ENOSPC: "the disk is full: free some space and resume the run with --resume",
+    errno.ENOSPC: "the disk is full: free some space and run the command again",
     errno.EDQUOT: "the disk quota is exceeded: free some space",
     errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
     errno.EISDIR: "it is a directory: give a file path",
@@ -176,8 +176,18 @@ _OS_HINTS = {
 }
 
 
-def error_message(err: BaseException) -> str | None:
-    """One line for an error caused by input or environment; None for a bug."""
+_RESUME_HINTS = {
+    "train": "the disk is full: free some space and resume the run with --resume",
+    "compare": "the disk is full: free some space and run the same command again (it continues)",
+    "pretrain": "the disk is full: free some space and run the same command again (the build "
+    "resumes)",
+}
+"""What a full disk means to each command that can continue where it stopped."""
+
+
+def error_message(err: BaseException, command: str | None = None) -> str | None:
+    """One line for an error caused by input or environment; None for a bug.
+    ``command``: the subcommand that failed (what a full disk's hint advises)."""
     if isinstance(err, UserError | RunLockedError):
         return str(err)
     if isinstance(err, KeyError):
@@ -187,6 +197,8 @@ def error_message(err: BaseException) -> str | None:
             return str(err)
         where = err.filename if err.filename is not None else ""
         hint = _OS_HINTS.get(err.errno, "")
+        if err.errno == errno.ENOSPC and command in _RESUME_HINTS:
+            hint = _RESUME_HINTS[command]
         if err.errno == errno.EEXIST and where and os.path.isfile(where):
             hint = "it is a file where a directory is needed: choose another path"
         line = f"{err.strerror}: {where}" if where else err.strerror
@@ -196,8 +208,13 @@ def error_message(err: BaseException) -> str | None:
     if type(err).__name__ == "SafetensorError":  # safetensors' own, not an OSError
         inner = os_error_of(err)
         if inner is not None:  # writing: a full disk, a read-only file system, ...
-            return error_message(inner)
+            return error_message(inner, command)
         return f"a .safetensors file is corrupt or truncated: {err}"
+    if type(err).__name__ == "SecurityError":  # jinja2's sandbox held a chat template
+        return (
+            "a chat template tried to reach outside the template sandbox and was stopped "
+            f"({err}); use a model whose chat_template is a plain template"
+        )
     return None
 
 
@@ -268,7 +285,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             # several processes (torchrun): another one died or stopped answering
             print(f"rlid {args.command}: error: {err}", file=sys.stderr)
             return 3
-        message = error_message(err)
+        message = error_message(err, args.command)
         if message is None:
             print(
                 f"rlid {args.command}: internal error: {type(err).__name__}: "
@@ -277,6 +294,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
+        runs = sys.modules.get("rlid.runs.log")
+        if runs is not None:  # a new run refused before its first iteration leaves nothing
+            runs.discard_failed_setups()
         print(f"rlid {args.command}: error: {one_line(message)}", file=sys.stderr)
         return 2
     finally:

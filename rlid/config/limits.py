@@ -311,6 +311,13 @@ def check_bounds(config: Any) -> None:
         holder = config.interface if hasattr(config.interface, name) else config
         check_field("run", name, getattr(holder, name, None))
     check_env_option_numbers(getattr(config, "env_options", None))
+    split = (getattr(config, "env_options", None) or {}).get("split")
+    if split is not None:
+        raise ValueError(
+            f"-o split={str(split)[:40]} would do nothing: a run trains on the train split and "
+            "evaluates on the heldout split, whatever the option says; drop it (rlid eval "
+            "--split picks the games an evaluation plays)"
+        )
     if config.group_size > MAX_GROUP_SIZE:
         raise ValueError(
             f"--group-size {config.group_size} is more than {MAX_GROUP_SIZE} (an env is built "

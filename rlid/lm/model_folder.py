@@ -119,6 +119,8 @@ def check_model_folder(path: Path, *, adapters: bool = False) -> None:
                 "safe_serialization=True) and pass DIR"
             )
         raise UntrustedModelError(f"{path} holds no weights (*.safetensors)")
+    if "tokenizer.json" in files:
+        check_tokenizer_file(path / "tokenizer.json")
     vocabulary = [
         n for n in files if n in TOKENIZER_FILES or n.endswith(".model") or n.startswith("vocab")
     ]
@@ -127,6 +129,25 @@ def check_model_folder(path: Path, *, adapters: bool = False) -> None:
             f"{path} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): copy "
             "them from where the model came from"
         )
+
+
+def check_tokenizer_file(path: Path) -> None:
+    """A ``tokenizer.json`` has the shape the tokenizers library reads (an object whose
+    ``model`` is a table, ``added_tokens`` a list of tables), else one line naming the
+    file and field (the library's own error was "added_tokens")."""
+    data = read_config(path)
+
+    def bad(what: str) -> UntrustedModelError:
+        return UntrustedModelError(f"{path} is not a tokenizer file ({what})")
+
+    if not isinstance(data.get("model"), dict):
+        raise bad("its 'model' must be a table")
+    added = data.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
+        raise bad("its 'added_tokens' must be a list of tables")
+    for name in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        if data.get(name) is not None and not isinstance(data[name], dict):
+            raise bad(f"its {name!r} must be a table or null")
 
 
 def check_finite_weights(model: Any, where: Path | str) -> None:

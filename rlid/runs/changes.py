@@ -18,7 +18,7 @@ from rlid.config import TrainConfig
 from rlid.menus import Interface
 from rlid.runs import dir as rundir
 from rlid.runs.lock import RunLock
-from rlid.runs.log import config_fingerprint, read_run_config
+from rlid.runs.log import check_resumable, config_fingerprint, read_run_config
 
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
 # watched, not what any iteration computes. Anything else is refused.
@@ -61,6 +61,7 @@ def apply_resume_changes(path: Path, changes: dict[str, Any]) -> dict[str, list[
             )
         if not diff:
             return {}
+        check_resumable(path, config)  # a resume refused later must find the run unchanged
         if "steps" in diff and diff["steps"][1] < diff["steps"][0]:
             raise ValueError(
                 f"--steps {diff['steps'][1]} is below the run's {diff['steps'][0]}: a resume "

@@ -37,6 +37,7 @@ from rlid.runs.files import (
     append_line,
     atomic_write_text,
     link_message,
+    read_own_text,
     remove_leftovers,
     staged_dir,
     write_errors_as_os_errors,
@@ -99,10 +100,15 @@ def _jsonable(value: Any) -> Any:
 def write_json(path: Path, data: Any, *, sealed: bool = False) -> None:
     """Write ``data`` as JSON atomically; ``sealed``: with the sha256 of its content
     (:func:`rlid.runs.integrity.seal`), for a record rlid reads back."""
+    atomic_write_text(path, json_text(data, sealed=sealed))
+
+
+def json_text(data: Any, *, sealed: bool = False) -> str:
+    """The text :func:`write_json` writes for ``data``."""
     data = _jsonable(data)
     if sealed:
         data = seal(data)
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def read_json(path: Path, *, sealed: bool = False) -> Any:
@@ -110,7 +116,7 @@ def read_json(path: Path, *, sealed: bool = False) -> Any:
     check and drop the record's sha256 (:func:`rlid.runs.integrity.unseal`)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_own_text(path))  # never through a link (O_NOFOLLOW)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is corrupt (not valid JSON: {err})") from None
     return unseal(data, path) if sealed else data
@@ -119,9 +125,9 @@ def read_json(path: Path, *, sealed: bool = False) -> Any:
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of metrics.jsonl; a torn last line (a kill mid-append) is skipped."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    text = path.read_text()
+    text = read_own_text(path)
     lines = text.split("\n")
     rows = []
     for i, line in enumerate(lines):

@@ -90,6 +90,31 @@ def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
+def read_own_bytes(path: Path) -> bytes:
+    """The bytes of a regular file rlid reads back from a run or output directory, never
+    through a symbolic link (``O_NOFOLLOW``, checked at open: a link swapped in after a
+    check cannot redirect the read) and never from a FIFO or device (which could block
+    or never end): else :class:`LinkRefusedError` / ``ValueError`` naming it."""
+    path = Path(path)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | nofollow | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP or (nofollow == 0 and path.is_symlink()):
+            raise LinkRefusedError(link_message(path)) from None
+        raise
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError(f"{path} is not a regular file; rlid reads only files it wrote there")
+        return fh.read()
+
+
+def read_own_text(path: Path) -> str:
+    """:func:`read_own_bytes` decoded as UTF-8."""
+    return read_own_bytes(path).decode("utf-8")
+
+
 def os_error_of(err: BaseException, path: Path | str | None = None) -> OSError | None:
     """The operating-system error inside a library's own error type, as an ``OSError``
     naming ``path``; None if there is none. safetensors reports a full disk as
@@ -110,11 +135,13 @@ def os_error_of(err: BaseException, path: Path | str | None = None) -> OSError |
 def write_errors_as_os_errors(path: Path) -> Iterator[None]:
     """A write error that safetensors wraps in its own type, raised as the ``OSError`` it
     is, naming ``path`` (a full disk: "No space left on device: PATH", not "a corrupt
-    file")."""
+    file"); an ``OSError`` that names no file is made to name ``path``."""
     try:
         yield
     except Exception as err:
         error = os_error_of(err, path) if type(err).__name__ == "SafetensorError" else None
+        if isinstance(err, OSError) and err.errno is not None and err.filename is None:
+            error = OSError(err.errno, err.strerror or os.strerror(err.errno), str(path))
         if error is None:
             raise
         raise error from None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlid.runs.dir import read_json, read_metrics, write_json
+from rlid.runs.files import read_own_text
 
 METRICS = "metrics.jsonl"
 EVALS = "eval.json"
@@ -58,7 +59,7 @@ def resumed_metrics(
     rows, problem = _rows_on_disk(run_dir)
     kept = None if rows is None else [r for r in rows if r["iteration"] <= iteration]
     if (ckpt / METRICS).is_file():  # checked against the checkpoint's sha256 already
-        saved = [json.loads(line) for line in (ckpt / METRICS).read_text().splitlines() if line]
+        saved = [json.loads(line) for line in read_own_text(ckpt / METRICS).splitlines() if line]
         if kept != saved:
             if kept is not None:
                 done = len(kept)
@@ -89,7 +90,7 @@ def checkpointed_rows(run_dir: Path, ckpt: Path) -> list[dict[str, Any]]:
 
     path = Path(ckpt) / METRICS
     if path.is_file():
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        return [json.loads(line) for line in read_own_text(path).splitlines() if line]
     return read_metrics(Path(run_dir))
 
 

@@ -44,6 +44,31 @@ RUN_ID = "run_id"
 """The key of a run's identity in its config.json and in each checkpoint's state.json."""
 
 
+_NEW_RUNS: dict[int, tuple[RunLog, bool]] = {}
+"""New runs of this process that have written no iteration yet, with whether their
+directory existed before (:func:`discard_failed_setups`)."""
+
+
+def discard_failed_setups() -> list[Path]:
+    """Remove what new runs of this process wrote when they fail before their first
+    iteration (an env option refused when the first game is made, a held-out game that
+    does not exist): the corrected command then starts, instead of finding a directory
+    that "already holds files". The CLI calls it when a command ends in a user error;
+    the lock is held while the files go. Returns the directories cleared."""
+    cleared = []
+    for log, existed in list(_NEW_RUNS.values()):
+        lock = log._lock
+        if lock is None or not lock.held:
+            continue
+        lock.remove_directory()
+        if existed:  # an empty directory the user made: kept, empty as it was
+            log.path.mkdir(exist_ok=True)
+        log.trackers.close()
+        cleared.append(log.path)
+    _NEW_RUNS.clear()
+    return cleared
+
+
 class NonFiniteError(ValueError):
     """Training produced a NaN / infinity; the run stops, its last checkpoint kept."""
 
@@ -151,6 +176,10 @@ class RunLog:
         # the run's identity (config.json "run_id"), written into each of its checkpoints
         # so that a checkpoint copied in from another run is refused (check_checkpoint)
         self.run_id: str | None = None
+        # eval.json as this process last wrote it (the writer): results are kept in
+        # memory and written, never read back from the run directory mid-run (a link or
+        # another file swapped in there meanwhile would be taken for the run's own)
+        self._evals: dict[str, Any] | None = None
         self.trackers = RunTrackers(  # rank 0 alone reports to trackers
             path, config.report_to if writer else (), currency=config.budget_currency,
             config=config.to_dict(), resuming=resuming,
@@ -219,12 +248,15 @@ class RunLog:
             return
         self.trackers.check()  # a missing tracker package: fail before writing anything
         if self._lock is None:
+            existed = self.path.exists()
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock(self.path, "rlid train").acquire()
+            _NEW_RUNS[id(self)] = (self, existed)  # until its first row or checkpoint
             if not is_empty_dir(self.path):  # another run got here first
                 self.close()
                 raise ValueError(_occupied(self.path))
             self.run_id = uuid.uuid4().hex
+            self._evals = {}
             rundir.write_json(
                 self.path / "config.json",
                 sealed=True,
@@ -257,14 +289,16 @@ class RunLog:
         the same numbers again. ``earlier`` / ``now``: (start_model, software) as
         recorded then and now. Anything else in eval.json goes."""
         path = self.path / "eval.json"
-        if not path.exists():
+        self._evals = {}
+        if not path.exists() and not path.is_symlink():
             return
         before = rundir.read_json(path, sealed=True).get("before")
         pin, software = now
         known = isinstance(pin, dict) and (pin.get("sha256") or pin.get("origin") == "fresh")
         clean = ((software or {}).get("git") or {}).get("uncommitted_changes") is False
         if before is not None and earlier == now and known and clean:
-            rundir.write_json(path, {"before": before}, sealed=True)
+            self._evals = {"before": before}
+            rundir.write_json(path, self._evals, sealed=True)
         else:
             path.unlink()
 
@@ -340,8 +374,8 @@ class RunLog:
         extra = {"value_head": value_head} if value_head is not None else {}
         # the history up to this iteration, from which a resume can rebuild it
         records = {history.METRICS: history.rows_text(self.metrics)}
-        if (self.path / history.EVALS).is_file():
-            records[history.EVALS] = (self.path / history.EVALS).read_text()
+        if self._evals:  # eval.json as written (never read back from the directory)
+            records[history.EVALS] = rundir.json_text(self._evals, sealed=True)
         state = {
             "iteration": iteration,
             "budget": budget.to_dict(),
@@ -349,6 +383,7 @@ class RunLog:
             "world_size": len(rng_states) if rng_states else 1,
             **({RUN_ID: self.run_id} if self.run_id is not None else {}),
         }
+        _NEW_RUNS.pop(id(self), None)  # a checkpoint to resume: kept whatever happens
         rundir.save_checkpoint(
             self.path, model=model, tokenizer=tokenizer, extra_modules=extra,
             optimizer=optimizer, state=state, keep=getattr(self.config, "keep_checkpoints", 1),
@@ -432,6 +467,8 @@ class RunLog:
         self.metrics = history.resumed_metrics(self.path, ckpt, iteration, writer=self.writer)
         if self.writer:
             history.resume_evals(self.path, ckpt)
+            evals = self.path / history.EVALS
+            self._evals = rundir.read_json(evals, sealed=True) if evals.is_file() else {}
             rundir.write_metrics(self.path, self.metrics)
             self._record_resuming_software(raw, iteration)
         return iteration
@@ -446,6 +483,7 @@ class RunLog:
         if not self.writer:
             return
         self._check_writer()
+        _NEW_RUNS.pop(id(self), None)  # an iteration done: the run has begun
         rundir.append_metrics_row(self.path, row)
         self.trackers.log_row(row)
 
@@ -462,7 +500,7 @@ class RunLog:
 
     def reuse_eval(self, key: str) -> None:
         """Report ``eval.json[key]``, kept from an earlier start, as if just evaluated."""
-        stats = rundir.read_json(self.path / "eval.json", sealed=True)[key]
+        stats = self._recorded_evals()[key]
         print(
             f"note: {self.path}: the held-out evaluation {key} training is kept from the "
             "start before the restart (the same weights and code)",
@@ -471,17 +509,25 @@ class RunLog:
         self.trackers.log_eval(stats, self.metrics[-1]["budget"] if self.metrics else None)
 
     def has_eval(self, key: str) -> bool:
+        return key in self._recorded_evals()
+
+    def _recorded_evals(self) -> dict[str, Any]:
+        """eval.json's entries: the writer's in memory; another process (a rank that
+        does not write) reads the file."""
+        if self._evals is not None:
+            return self._evals
         path = self.path / "eval.json"
-        return path.exists() and key in rundir.read_json(path, sealed=True)
+        exists = path.exists() or path.is_symlink()
+        data = rundir.read_json(path, sealed=True) if exists else {}
+        return data if isinstance(data, dict) else {}
 
     def _update_eval(self, entries: dict[str, Any]) -> None:
         if not self.writer:
             return
         self._check_writer()
-        path = self.path / "eval.json"
-        data = rundir.read_json(path, sealed=True) if path.exists() else {}
-        data.update(entries)
-        rundir.write_json(path, data, sealed=True)
+        data = {**self._recorded_evals(), **entries}
+        rundir.write_json(self.path / "eval.json", data, sealed=True)
+        self._evals = data
 
     def progress_bar(self, config: TrainConfig, budget: Budget, *, enabled: bool) -> _Bar:
         currency = config.budget_currency
@@ -550,6 +596,27 @@ def check_checkpoint(ckpt: Path, config: TrainConfig, *, action: str = "resume")
         )
     state = rundir.verify_checkpoint(ckpt)  # every file as it was written (sha256), or one line
     check_run_identity(ckpt, state, action=action)
+
+
+def check_resumable(path: Path, config: TrainConfig) -> None:
+    """What a resume of the run in ``path`` checks before it writes anything, read-only:
+    its checkpoint (or the proof that none was written yet) and that its history can be
+    continued (metrics rows present or rebuildable, eval.json readable or rebuildable).
+    A command that changes the run first (``--resume --steps N``) calls it, so that a
+    resume refused afterwards has changed nothing."""
+    path = Path(path)
+    rundir.refuse_run_links(path)
+    ckpt = path / rundir.CHECKPOINT
+    if not (ckpt / "state.json").is_file():
+        if not any(path.glob(".checkpoint.old.*")):  # else the resume recovers that one
+            _refuse_restart_without_checkpoint(path, config)
+        return
+    check_checkpoint(ckpt, config)
+    state = rundir.read_json(ckpt / "state.json", sealed=True)
+    history.resumed_metrics(path, ckpt, int(state["iteration"]), writer=False)
+    evals = path / history.EVALS
+    if evals.is_file() and not (ckpt / history.EVALS).is_file():
+        rundir.read_json(evals, sealed=True)  # damaged, with no copy to rebuild it from
 
 
 def run_id_of(raw: dict[str, Any]) -> str | None:

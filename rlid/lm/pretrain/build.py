@@ -30,7 +30,12 @@ from rlid.lm.pretrain.corpus import training_sequences
 from rlid.lm.pretrain.lm import batch_backward
 from rlid.lm.tokenizer import build_tiny_tokenizer
 from rlid.menus.labels import parse_alphabet
-from rlid.runs.files import atomic_write_text, remove_leftovers, staged_dir
+from rlid.runs.files import (
+    atomic_write_text,
+    remove_leftovers,
+    staged_dir,
+    write_errors_as_os_errors,
+)
 from rlid.runs.integrity import file_digests
 from rlid.runs.lock import LOCK_NAME, RunLock
 from rlid.runs.outdir import check_work_dir, claim_output_dir
@@ -133,7 +138,7 @@ def _publish_state(
     """``obj`` saved (safetensors + JSON, the umask's permissions) as ``final/stem``, the
     directory renamed into place (see :func:`rlid.runs.files.staged_dir`)."""
 
-    with staged_dir(final, prefix=prefix, aside=aside) as tmp:
+    with write_errors_as_os_errors(final), staged_dir(final, prefix=prefix, aside=aside) as tmp:
         save_state(tmp / stem, obj)
 
 
@@ -448,7 +453,8 @@ def _pretrain_locked(
                 )  # fmt: skip
     model.eval()
     claim_pretrain_dirs(target)  # again: nothing planted there meanwhile is replaced
-    save_policy_model(model, tokenizer, target)
+    with write_errors_as_os_errors(target):  # a full disk names the output
+        save_policy_model(model, tokenizer, target)
     info = {
         "config": asdict(config),
         "sequences": len(seqs),
