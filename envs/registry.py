@@ -18,6 +18,9 @@ from rlid.envs.gym_ids import gym_id, register_gym
 # SPLIT_OFFSETS[split] + i.
 SPLIT_OFFSETS = {"train": 0, "heldout": 1_000_000}
 SPLITS = tuple(SPLIT_OFFSETS)
+SPLIT_SIZE = 1_000_000
+"""Games per split: ``num_games=SPLIT_SIZE`` draws a fresh game at (almost) every reset
+of a procedural family, and a whole split of a benchmark's fixed one (capped there)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,11 @@ COMMON_OPTIONS: dict[str, Option] = {
         int, None, "play exactly this game of the split (default: sample one per reset)", min=0
     ),
     "num_games": Option(
-        int, 16, "size of the split's game pool that resets sample from", min=1, max=100_000
+        int,
+        16,
+        "size of the split's game pool that resets sample from (1000000: the whole split)",
+        min=1,
+        max=SPLIT_SIZE,
     ),
 }
 

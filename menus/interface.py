@@ -24,11 +24,12 @@ from rlid.menus.memory import MEMORY_PROVIDERS
 from rlid.menus.menu import OVERFLOW_POLICIES
 from rlid.menus.tree import GROUPINGS
 
-MemoryKind = Literal["none", "last_k", "structured"]
+MemoryKind = Literal["none", "last_k", "structured", "glam"]
 Template = Literal["auto", "plain", "chat"]
 TEMPLATES: tuple[str, ...] = ("auto", "plain", "chat")
 LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "shorten")
 LEGAL_LISTS: tuple[str, ...] = ("all", "groups")
+LAYOUTS: tuple[str, ...] = ("rlid", "glam")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,15 @@ class Interface:
     long_prompts="shorten" a list too long for the model's context is shown as groups
     (counted in the run's grouped_lists)."""
 
+    layout: Literal["rlid", "glam"] = "rlid"
+    """The prompt's text: rlid's fields ("Goal:", "Memory:", "Now:"), or GLAM's prompt
+    ("glam", with memory="glam"; Carta et al. 2023, base_agent.py generate_prompt): the
+    legal actions after "Possible action of the agent:", the goal, the last
+    observations and the actions between them, GLAM's separators. The token and scoring
+    planes' prompt then ends at GLAM's "Action N:" (the command follows after a space);
+    the decision plane's drops that line and shows its menu. The observation, objective,
+    steps_left and legal-list fields do not apply to it."""
+
     def __post_init__(self) -> None:
         for name in (
             "observation",
@@ -145,6 +155,13 @@ class Interface:
             raise ValueError(
                 f"Interface.legal_list must be one of {LEGAL_LISTS}, got {self.legal_list!r}"
             )
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"Interface.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if (self.layout == "glam") != (self.memory == "glam"):
+            raise ValueError(
+                "Interface.layout='glam' and memory='glam' go together (GLAM's prompt is "
+                f"written from GLAM's memory); got layout={self.layout!r}, memory={self.memory!r}"
+            )
         if self.long_prompts not in LONG_PROMPT_POLICIES:
             raise ValueError(
                 f"Interface.long_prompts must be one of {LONG_PROMPT_POLICIES}, "
@@ -162,7 +179,7 @@ class Interface:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable field -> value mapping. Fields added after run directories
-        already recorded interfaces (``long_prompts``, ``legal_list``; the tree's fields
+        already recorded interfaces (``long_prompts``, ``legal_list``, ``layout``; the tree's fields
         unless ``overflow="tree"``) appear only when changed, so those records (and the
         config fingerprints over them) stay identical and resumable."""
         out = asdict(self)
@@ -202,7 +219,7 @@ class Interface:
         }
 
 
-_RECORDED_WHEN_CHANGED = ("long_prompts", "legal_list")
+_RECORDED_WHEN_CHANGED = ("long_prompts", "legal_list", "layout")
 _TREE_FIELDS = ("tree_grouping", "tree_fanout")
 
 

@@ -10,6 +10,9 @@ items are dropped first, never cut mid-item where avoidable.
   ``"action -> first sentence of the next observation"``.
 * ``"structured"`` (:class:`StructuredMemory`): visited places, inventory, and
   actions that failed.
+* ``"glam"`` (:class:`GlamMemory`): GLAM's (Carta et al. 2023) last ``k`` observations
+  and the ``k - 1`` actions between them, whole and in GLAM's words, for the ``glam``
+  prompt layout (the one provider whose rendering spans several lines and is not capped).
 
 Example::
 
@@ -22,7 +25,8 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 MAX_MEMORY_CHARS = 240
@@ -246,10 +250,73 @@ class StructuredMemory(MemoryProvider):
         return _join_capped(parts, self.max_chars, sep=" ")
 
 
+# GLAM's separators (flowersteam/Grounding_LLMs_with_online_RL,
+# experiments/agents/base_agent.py generate_prompt): " \n " before each observation,
+# "\n " before each action, every description followed by ", ".
+GLAM_OBSERVATION = " \n Observation {i}: "
+GLAM_ACTION = "\n Action {i}: "
+GLAM_DESCRIPTION_END = ", "
+
+
+def glam_descriptions(obs: str) -> str:
+    r"""An observation as GLAM writes it: each of its ``", "``-joined descriptions
+    followed by ``", "`` (``"".join(f"{d}, " for d in obs_q[i])``); ``""`` for none."""
+    return obs + GLAM_DESCRIPTION_END if obs else ""
+
+
+def glam_history(observations: Sequence[str], actions: Sequence[str]) -> str:
+    r"""GLAM's observations-and-actions text: ``" \n Observation i: ...\n Action i: a_i"``
+    for each observation, the last one's action left empty (``"\n Action 2: "``) when
+    there is one action fewer than observations, as at every decision."""
+    return "".join(
+        GLAM_OBSERVATION.format(i=i)
+        + glam_descriptions(obs)
+        + GLAM_ACTION.format(i=i)
+        + (actions[i] if i < len(actions) else "")
+        for i, obs in enumerate(observations)
+    )
+
+
+class GlamMemory(MemoryProvider):
+    r"""GLAM's memory: the last ``k`` observations (the current one last) and the ``k - 1``
+    actions between them (``deque(maxlen=nbr_obs)`` / ``deque(maxlen=nbr_obs - 1)``,
+    nbr_obs = 3, in GLAM's ``llm_ppo_agent.py``), rendered by :func:`glam_history`.
+
+    Its rendering holds the current observation, so the ``glam`` prompt layout reads the
+    observation from here; it is neither one line nor capped (GLAM's is not).
+
+        >>> memory = make_memory("glam", 3)
+        >>> memory.reset("You see a wall 1 step forward")
+        >>> memory.update("You see a red ball 2 steps left", "turn left", {})
+        >>> memory.render()
+        ' \n Observation 0: You see a wall 1 step forward, \n Action 0: turn left \n Observation 1: You see a red ball 2 steps left, \n Action 1: '
+    """
+
+    kind = "glam"
+
+    def reset(self, obs: str | None = None, info: Mapping[str, Any] | None = None) -> None:
+        self._observations: deque[str] = deque(maxlen=max(self.size, 1))
+        self._actions: deque[str] = deque(maxlen=max(self.size - 1, 0))
+        if obs is not None:
+            self._observations.append(obs)
+
+    def update(self, obs: str, action: str, info: Mapping[str, Any]) -> None:
+        if self.size == 0:
+            return
+        self._actions.append(action)
+        self._observations.append(obs)
+
+    def render(self) -> str:
+        if self.size == 0:
+            return ""
+        return glam_history(list(self._observations), list(self._actions))
+
+
 MEMORY_PROVIDERS: dict[str, type[MemoryProvider]] = {
     NoMemory.kind: NoMemory,
     LastKMemory.kind: LastKMemory,
     StructuredMemory.kind: StructuredMemory,
+    GlamMemory.kind: GlamMemory,
 }
 
 

@@ -28,6 +28,15 @@ itself writes before an assistant's words (``""`` for ChatML, ``" "`` for Llama-
 :func:`label_context` returns the ``(context, prefix)`` the renderer uses, so
 labels are validated exactly where they are read (:func:`label_set_for`).
 
+With ``Interface.layout="glam"`` the body is GLAM's prompt instead (Carta et al. 2023,
+``experiments/agents/base_agent.py`` ``generate_prompt``)::
+
+    Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps forward, \n Action 0: turn left \n Observation 1: ..., \n Action 1: go forward \n Observation 2: ..., \n Action 2:
+
+(``\n`` a newline). The token and scoring planes' prompt ends at ``"Action 2:"``, so
+prompt + ``" turn left"`` is GLAM's prompt + ``"turn left"``; the decision plane's
+drops the last ``Action`` line and continues with ``Actions:``, the menu and ``Answer:``.
+
 Prompts are complete text: encode them with ``rlid.menus.tokens.encode_prompt`` (the
 text's own tokens, plus the tokenizer's BOS unless a chat template already wrote it).
 """
@@ -41,7 +50,7 @@ import numpy as np
 
 from rlid.menus.interface import Interface
 from rlid.menus.labels import LabelSet, parse_alphabet
-from rlid.menus.memory import MemoryProvider, one_line, shorten
+from rlid.menus.memory import GLAM_ACTION, MemoryProvider, glam_history, one_line, shorten
 from rlid.menus.menu import AFTERSTATE_ARROW, Menu, compile_menu
 from rlid.menus.tree import LabelTree, build_tree_root
 
@@ -64,6 +73,11 @@ COMMAND_END = "\n"
 TOKEN_PLANE_BULLET = "- "
 EMPTY_MEMORY = "none yet"
 EMPTY_OBSERVATION = "(nothing)"
+
+GLAM_ACTIONS_HEAD = "Possible action of the agent:"
+GLAM_GOAL = " \n Goal of the agent: "
+GLAM_CUE = ":"
+"""What GLAM's token-plane prompt ends with ("Action 2:"); the command follows a space."""
 
 _CHAT_PLACEHOLDER = "RLID_PROMPT_BODY_PLACEHOLDER"
 _ANSWER_PLACEHOLDER = "RLID_ANSWER_PLACEHOLDER"
@@ -141,7 +155,8 @@ def label_context(interface: Interface, tokenizer: Any) -> tuple[str, str]:
 def command_context(interface: Interface, tokenizer: Any) -> tuple[str, str]:
     """``(context, prefix)``: the token-plane prompt ends with ``context``, and the model
     writes ``prefix + action + COMMAND_END`` after it."""
-    return _reading_context(interface, tokenizer, COMMAND_CUE, COMMAND_PREFIX)
+    cue = GLAM_CUE if interface.layout == "glam" else COMMAND_CUE
+    return _reading_context(interface, tokenizer, cue, COMMAND_PREFIX)
 
 
 def label_set_for(interface: Interface, tokenizer: Any, *, strict: bool = False) -> LabelSet:
@@ -185,6 +200,27 @@ def parse_command(generated: str) -> str:
 
 
 # --- prompts --------------------------------------------------------------------
+def glam_prompt(
+    obs: str, info: Mapping[str, Any], memory_text: str | None, *, with_cue: bool
+) -> str:
+    r"""GLAM's prompt (``generate_prompt``): the legal actions, the goal, then the
+    ``glam`` memory's observations and actions (just ``obs`` when the memory is left
+    out). ``with_cue``: end at the last ``"Action N:"`` (the command follows after a
+    space); else drop that line.
+
+        >>> info = {"legal_actions": ["turn left", "go forward"], "objective": "go to the box"}
+        >>> glam_prompt("You see a wall 1 step forward", info, None, with_cue=True)
+        'Possible action of the agent: turn left, go forward \n Goal of the agent: go to the box \n Observation 0: You see a wall 1 step forward, \n Action 0:'
+    """
+    head = GLAM_ACTIONS_HEAD + "".join(f" {action}," for action in info["legal_actions"])[:-1]
+    history = memory_text or glam_history([obs], [])
+    if with_cue:
+        body = history[:-1]  # "\n Action 2: " ends with the space before the command
+    else:
+        body = history[: history.rindex(GLAM_ACTION.split("{", 1)[0])]
+    return head + GLAM_GOAL + str(info["objective"]) + body
+
+
 def _fields(
     obs: str, info: Mapping[str, Any], interface: Interface, memory_text: str | None
 ) -> list[str]:
@@ -244,7 +280,11 @@ def render_decision_prompt(
         memory_text: the memory line; defaults to ``menu.memory``. ``None`` or ``""``
             with a memory interface renders ``"Memory: none yet"``.
     """
-    lines = _fields(obs, info, interface, menu.memory if memory_text is None else memory_text)
+    memory = menu.memory if memory_text is None else memory_text
+    if interface.layout == "glam":
+        lines = [glam_prompt(obs, info, memory, with_cue=False)]
+    else:
+        lines = _fields(obs, info, interface, memory)
     lines += [ACTIONS_HEADER, menu.render(afterstates=interface.afterstates), ANSWER_CUE]
     context, _ = label_context(interface, tokenizer)
     return _finish("\n".join(lines), interface, tokenizer, context)
@@ -265,7 +305,12 @@ def render_token_prompt(
     ``legal_actions`` / ``afterstates`` default to ``info["legal_actions"]`` /
     ``info["afterstates"]``. With ``interface.legal_list == "groups"`` the list is the
     label tree's first menu in the legal order (``info["action_templates"]`` group it).
+    With ``interface.layout == "glam"`` it is GLAM's prompt, ending at ``"Action N:"``.
     """
+    if interface.layout == "glam":
+        context, _ = command_context(interface, tokenizer)
+        return _finish(glam_prompt(obs, info, memory_text, with_cue=True), interface, tokenizer,
+                       context)  # fmt: skip
     lines = _fields(obs, info, interface, memory_text)
     if interface.show_legal_to_token_plane:
         legal = list(info["legal_actions"] if legal_actions is None else legal_actions)

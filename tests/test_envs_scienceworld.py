@@ -274,3 +274,47 @@ def test_no_java_process_survives_a_killed_run():
 def test_no_java_process_survives_ctrl_c_of_a_run_with_env_workers():
     run = start_run("scienceworld", SHORT, workers=2)
     kill_run_and_check(run, "ctrl-c", expected_jvms=2)
+
+
+# ------------------------------------------------- options of the scienceworld-paper protocol
+def test_raw_scores_keep_the_simulators_minus_100_on_failure():
+    """scienceworld.py ``step``: ``score = round(100 * getScore())``, -1.0 on failure
+    (Goal.scala GoalSequence.score), so -100; the default clips it at 0."""
+    options = {"task": "find-plant", "split": "heldout", "game_seed": 1, "walkthrough": False}
+    for raw, expected in ((True, -100), (False, 0)):
+        env = envs.make("scienceworld", **options, raw_scores=raw)
+        env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step("focus on air")
+        assert terminated and info["lost"] and info["score"] == expected
+        assert reward == float(expected)
+
+
+def test_reset_task_is_a_legal_action_only_when_kept():
+    options = {**SHORT, "split": "heldout", "game_seed": 0, "walkthrough": False}
+    plain = envs.make("scienceworld", **options).reset(seed=0)[1]
+    kept = envs.make("scienceworld", **options, reset_task=True).reset(seed=0)[1]
+    assert "reset task" not in plain["legal_actions"] and "ticks" not in plain
+    assert set(kept["legal_actions"]) == set(plain["legal_actions"]) | {"reset task"}
+
+
+@pytest.mark.slow
+def test_ambiguity_ask_offers_the_simulators_numbers_and_the_walkthrough_answers():
+    """InputParser.scala: an ambiguous command is answered with a question listing
+    ``i:\\t...`` choices, and the valid actions become "0", "1", ...
+    (getValidActionsAmbiguousState). With ambiguity="ask" those are the legal actions, and
+    the walkthrough answers "0" where the gold path does."""
+    env = envs.make("scienceworld", **{**GROW, "walkthrough": True, "ambiguity": "ask"})
+    obs, info = env.reset(seed=0)
+    answered = env.gold_path().answered
+    assert answered  # this variation's gold path meets alike seeds
+    asked = 0
+    for action in info["walkthrough"]:
+        assert action in info["legal_actions"], action
+        obs, reward, terminated, truncated, info = env.step(action)
+        if obs.startswith("Ambiguous request"):
+            asked += 1
+            choices = [line for line in obs.splitlines() if line.split(":\t", 1)[0].isdigit()]
+            assert sorted(info["legal_actions"], key=int) == [str(i) for i in range(len(choices))]
+            assert set(info["action_templates"]) == {"NUMBER"}
+    assert asked == len(answered)
+    assert terminated and info["won"] and info["score"] == 100

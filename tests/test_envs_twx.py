@@ -292,3 +292,15 @@ def test_throughput_benchmark_covers_the_family_with_and_without_env_workers(cap
     single, batched = rows
     assert float(single[1]) > 0 and float(single[-1]) > 0  # steps/s; replay us per row
     assert batched[1] == "2" and float(batched[2]) > 0 and float(batched[3]) > 0
+
+
+def test_raw_scores_keep_the_packages_minus_one_on_failure():
+    """TextWorldExpress SimonSays: a wrong action is ``GameScore(scoreRaw=-1,
+    scoreNormalized=-1, taskFailure=true)``: -100 in rlid's 0-100 scale; clipped at 0 by
+    default."""
+    for raw, expected in ((True, -100), (False, 0)):
+        env = envs.make("twx-simonsays", game_seed=0, raw_scores=raw)
+        obs, info = env.reset(seed=0)
+        wrong = next(a for a in info["legal_actions"] if a != info["walkthrough"][0])
+        obs, reward, terminated, truncated, info = env.step(wrong)
+        assert terminated and info["lost"] and info["score"] == expected

@@ -180,9 +180,9 @@ def test_interface_round_trips_through_json():
     assert Interface.from_dict({}) == Interface()
     # every field is recorded, except those added later, which appear only when changed
     # (so interfaces recorded before them keep their fingerprint)
-    later = {"long_prompts", "legal_list"}
+    later = {"long_prompts", "legal_list", "layout"}
     assert set(data) == {f.name for f in dataclasses.fields(Interface)} - later
-    strict = Interface(long_prompts="error", legal_list="groups")
+    strict = Interface(long_prompts="error", legal_list="groups", layout="glam", memory="glam")
     assert set(strict.to_dict()) == {f.name for f in dataclasses.fields(Interface)}
     assert Interface.from_dict(json.loads(json.dumps(strict.to_dict()))) == strict
 
@@ -199,7 +199,7 @@ def test_interface_diff():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"memory": "episodic"}, r"valid kinds: \['last_k', 'none', 'structured'\]"),
+        ({"memory": "episodic"}, r"valid kinds: \['glam', 'last_k', 'none', 'structured'\]"),
         ({"memory_size": -1}, "memory_size must be an int >= 0"),
         ({"memory_size": 0}, "set memory_size >= 1, or memory='none'"),
         ({"labels": "A-z"}, "Interface.labels: cannot parse"),

@@ -29,7 +29,7 @@ from rlid.envs.scienceworld import parser
 from rlid.envs.scienceworld.jvm_state import PerSimulator
 
 CACHE_DIR = "scienceworld-1.2.3"
-CACHE_FORMAT = 7
+CACHE_FORMAT = 8
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class GoldPath:
     """The simulator's gold path as generated."""
     dropped: tuple[str, ...]
     """Gold commands left out: no legal action reads the same (ambiguity numbers excluded)."""
+    answered: tuple[int, ...] = ()
+    """Indices into ``actions`` of the actions the simulator asked "which one?" after
+    (answered ``0``, the first of the alike objects)."""
 
 
 def cache_path(task: str, variation: int, simplifications: str) -> Path:
@@ -64,6 +67,7 @@ def _read_cache(path: Path) -> GoldPath | None:
             score=int(data["score"]),
             gold=tuple(data["gold"]),
             dropped=tuple(data["dropped"]),
+            answered=tuple(int(i) for i in data["answered"]),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -136,6 +140,7 @@ def legal_gold_path(
         simulator.load(task, variation, simplifications, False)
     actions: list[str] = []
     dropped: list[str] = []
+    answered: list[int] = []
     # Listing the valid actions draws from the game's random generator (to name alike
     # objects), so they are listed exactly where the env lists them (after the load, after
     # each step that does not end the game): the game then draws and reads as the env's. The
@@ -163,6 +168,7 @@ def legal_gold_path(
         if ambiguous:  # alike objects: the first one
             with state.of(simulator):
                 simulator.step("0")
+            answered.append(len(actions))
         completed = bool(simulator.getCompleted())
         score = int(round(100 * float(simulator.getScore())))
         actions.append(legal)
@@ -170,4 +176,4 @@ def legal_gold_path(
             with state.of(simulator):
                 entries = legal_entries(simulator)
     won = completed and score >= 100
-    return GoldPath(tuple(actions), won, max(score, 0), gold, tuple(dropped))
+    return GoldPath(tuple(actions), won, max(score, 0), gold, tuple(dropped), tuple(answered))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlid.envs.registry import EnvSpec, Option, register
-from rlid.envs.scienceworld.tasks import SIMPLIFICATIONS, TASKS
+from rlid.envs.scienceworld.tasks import AMBIGUITY, SIMPLIFICATIONS, TASKS
 
 # No state copy, so no outcome can be predicted: the rows say nothing and menus show none.
 NO_AFTERSTATES = Option(
@@ -43,8 +43,9 @@ register(
             "simplifications": Option(
                 str,
                 "none",
-                "'none', 'easy' (all five) or a comma-separated list of "
-                + ", ".join(SIMPLIFICATIONS),
+                "'none', 'easy' (ScienceWorld's preset: teleportAction, openDoors, "
+                "selfWateringFlowerPots and, except in tasks 3-1..3-4, noElectricalAction; not "
+                "openContainers) or a comma-separated list of " + ", ".join(SIMPLIFICATIONS),
             ),
             "heldout_variations": Option(
                 str,
@@ -61,6 +62,33 @@ register(
                 True,
                 "give the gold path at reset (seconds to a minute per new variation, then "
                 "cached on disk); false: info['walkthrough'] is None",
+            ),
+            "tick_limit": Option(
+                int,
+                None,
+                "also truncate once the simulator's clock passes this many ticks "
+                "(ScienceWorld's envStepLimit, getNumMoves: look around and inventory take 0, "
+                "wait 11, other commands 1); unset: commands only",
+                min=1,
+            ),
+            "raw_scores": Option(
+                bool,
+                False,
+                "score as the simulator reports it, -100 on a failed task (ScienceWorld's API, "
+                "DRRN); false: clipped at 0, the failure in info['lost']",
+            ),
+            "ambiguity": Option(
+                str,
+                "first",
+                "the simulator's 'which one?' question about alike objects: 'first' answers 0 "
+                "itself; 'ask' shows it and offers its numbers as the legal actions (upstream)",
+                AMBIGUITY,
+            ),
+            "reset_task": Option(
+                bool,
+                False,
+                "keep 'reset task' among the legal actions (upstream's list keeps it; it "
+                "restarts the task's progress)",
             ),
         },
     )

@@ -44,7 +44,15 @@ SIMPLIFICATIONS = (
     "openDoors",
     "noElectricalAction",
 )
-"""The simulator's simplifications; the preset ``easy`` is all of them."""
+"""The simulator's simplifications. The preset ``easy`` is four of them in ScienceWorld
+1.2.3 (and since 2022): ``teleportAction``, ``openDoors``, ``selfWateringFlowerPots`` and
+``noElectricalAction``, the last left out in the electrical tasks (names containing
+``power-component`` or ``conductivity``, 3-1..3-4); ``openContainers`` is not in it,
+although the paper's Appendix B.5 says so (``AgentInterface.scala``; the package's README
+says the same)."""
+
+AMBIGUITY = ("first", "ask")
+"""How the env meets the simulator's "which one?" question (``ScienceWorldEnv``)."""
 
 
 def simplification_string(value: str, task: str) -> str:

@@ -7,7 +7,9 @@
 * legal actions: the game's valid actions, distinct and sorted;
 * score: the game's normalised score (0-1) times 100, rounded (each game scores its own
   way: CookingWorld a point per recipe step, Sorting a fraction of the objects placed);
-  reward = score delta; won / lost: the game's task success / failure;
+  reward = score delta; won / lost: the game's task success / failure. A failed game's
+  negative score (-1 in Sorting, Simon Says, Pecking Order and Arithmetic, times 100) is
+  clipped at 0, or kept with ``raw_scores=True`` (as the package reports it);
 * walkthrough: the game's gold path (``generateGoldPath``), legal actions all. Several
   games (coin, twc, mapreader, ...) draw their gold agent's moves from an unseeded
   generator, so the package gives a seed another gold path each time; the first one
@@ -78,6 +80,7 @@ class TextWorldExpressEnv(TextGameEnv):
         heldout_fold: ``"test"`` (default) or ``"dev"``: the fold the ``heldout`` split plays.
         split, game_seed, num_games: which seed a reset plays (``specs``).
         max_episode_steps, afterstates, render_mode: see :class:`TextGameEnv`.
+        raw_scores: report the game's own score, negative on failure (else clipped at 0).
         env_id: the id used in error messages.
     """
 
@@ -92,6 +95,7 @@ class TextWorldExpressEnv(TextGameEnv):
         num_games: int = 16,
         max_episode_steps: int = 100,
         afterstates: bool = True,
+        raw_scores: bool = False,
         render_mode: str | None = None,
         env_id: str | None = None,
     ) -> None:
@@ -107,6 +111,7 @@ class TextWorldExpressEnv(TextGameEnv):
         self.fold = "train" if split == "train" else heldout_fold
         self.game_seed = game_seed
         self.num_games = num_games
+        self.raw_scores = bool(raw_scores)
         self._lease = EngineLease(TEXTWORLD_EXPRESS, self)
         self._simulator: Any = None
         self._simulator_engine: Any = None
@@ -157,7 +162,8 @@ class TextWorldExpressEnv(TextGameEnv):
         self._valid = [str(a) for a in response["validActions"]]
         score = int(round(100 * float(response["score"])))
         won, lost = bool(response["tasksuccess"]), bool(response["taskfailure"])
-        return str(response["observation"]), max(score, 0), won, lost or score < 0
+        shown = score if self.raw_scores else max(score, 0)
+        return str(response["observation"]), shown, won, lost or score < 0
 
     # ------------------------------------------------------------------- hooks
     def reset(

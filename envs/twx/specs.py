@@ -122,6 +122,7 @@ _COMMON_ARGS = (
     "max_episode_steps",
     "afterstates",
     "heldout_fold",
+    "raw_scores",
 )
 
 
@@ -165,6 +166,12 @@ for _game, (_gym_name, _doc, _params) in GAMES.items():
                     int, 100, "steps before the episode is truncated (the package's default)", min=1
                 ),
                 "afterstates": NO_AFTERSTATES,
+                "raw_scores": Option(
+                    bool,
+                    False,
+                    "score as the package reports it, -100 (its -1) on a failed game; false: "
+                    "clipped at 0, the failure in info['lost']",
+                ),
             },
         )
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from rlid.compare.config import build_train_config
 from rlid.compare.parse import load_compare_config
+from rlid.config.benchmark_protocols import PROTOCOLS
 from rlid.config.flags import add_env_option_argument
 from rlid.config.limits import check_seed
 from rlid.config.run import (
@@ -58,6 +59,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rlid.agents.agent import EvalRequest, evaluate_model, evaluate_run
 
     check_seed(args.seed, "--seed")
+    if args.protocol is not None or args.reference:  # a published protocol's evaluation
+        from rlid.cli.protocol_eval import cmd_protocol_eval
+
+        if args.protocol is None:
+            raise ValueError("--reference plays under a protocol: add --protocol NAME")
+        return cmd_protocol_eval(args)
     if args.run is not None and args.model is not None:
         raise ValueError("give either --run DIR (a trained run) or --model M (a model as it is)")
     if args.run is None and args.model is None and args.setting is None:
@@ -228,6 +235,15 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
         help="also write every episode played, one JSON line each: the game, won / lost, "
         "return, the first prompt as the policy read it, and per step the command, the "
         "reward and the chosen row's probability (a new file; nothing is overwritten)",
+    )  # fmt: skip
+    e.add_argument(
+        "--protocol", default=None, choices=tuple(PROTOCOLS), help="play a published "
+        "protocol's evaluation sets with its env options (docs/benchmark-envs.md): success, "
+        "raw and clipped scores per set",
+    )  # fmt: skip
+    e.add_argument(
+        "--reference", action="append", choices=("random", "walkthrough"), default=None,
+        help="with --protocol: also (or only) play this reference, no model (repeatable)",
     )  # fmt: skip
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--quiet", action="store_true", help="no progress bar (on stderr)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from rlid.config.benchmark_protocols import PROTOCOLS, get_protocol
 from rlid.config.budget import BudgetCurrency
 from rlid.config.flags import add_dataclass_arguments, add_env_option_argument, flag_name
 from rlid.config.flags import given_values as flags_given
@@ -56,6 +57,12 @@ class TrainConfig:
     env_options: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "env options, e.g. {size = 3}; CLI: --env-option k=v (repeatable)"},
+    )
+    protocol: str | None = option(
+        None,
+        "a published evaluation protocol whose env options and interface the run takes "
+        "(rlid.config.benchmark_protocols; docs/benchmark-envs.md); unset: rlid's own settings",
+        choices=tuple(PROTOCOLS),
     )
     model: str = option(
         "tiny",
@@ -274,6 +281,12 @@ class TrainConfig:
         hints = _type_hints(type(self))
         for name, f in self.__dataclass_fields__.items():
             check_field_value(name, hints[name], getattr(self, name), f.default)
+        if self.protocol is not None:  # its env options and interface, over those given
+            options, interface = get_protocol(self.protocol).configure(
+                self.env, self.env_options, self.interface
+            )
+            object.__setattr__(self, "env_options", options)
+            object.__setattr__(self, "interface", interface)
         own = config_class(self.plane)
         if type(self) is not own:
             raise ValueError(
@@ -483,6 +496,7 @@ def _unknown_keys(unknown: list[str], known: set[str], plane: str) -> str:
 
 
 _RECORDED_WHEN_CHANGED = (
+    "protocol",
     "budget_currency",
     "label_mass_coef",
     "position_coef",
