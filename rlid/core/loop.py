@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from rlid.config.limits import check_machine_limits
 from rlid.config.registry import get_plane
 from rlid.core.env_workers import WorkerEnvs
 from rlid.core.evaluate import evaluate
+from rlid.core.progress import RunBar, RunClock, format_left
 from rlid.core.rollout import Episode, Sampling, collect_episodes
 from rlid.core.seeds import group_rngs, iteration_rngs
 from rlid.engines.session import check_engine_installed
@@ -54,6 +56,7 @@ from rlid.runs.changes import apply_resume_changes
 from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog, read_run_config
 from rlid.runs.stop import RunStopped, StopSignals
+from rlid.runs.summary import setup_lines
 
 
 @dataclass
@@ -100,20 +103,31 @@ class TrainState:
 @dataclass
 class HeldOut:
     """The held-out evaluation of a run: its policy (greedy) on its held-out envs;
-    ``progress``: show a bar while it plays (the writer process only)."""
+    ``progress``: show a bar while it plays, and the run's configuration as it starts
+    (the writer process only). ``seconds``: how long each evaluation took (the progress
+    bar's estimate of the time left); ``note``: added to the bar's title."""
 
     policy: Any
     envs: Any
     progress: bool = False
+    seconds: list[float] = field(default_factory=list)
+    note: str = ""
 
     def evaluate(self, ctx: RunContext, when: str) -> dict[str, float]:
         """Play the config's held-out episodes; ``when`` titles the bar ("before", ...)."""
         config = ctx.config
         shown = self.progress and ctx.world.is_writer
-        return evaluate(
+        t0 = time.perf_counter()
+        stats = evaluate(
             self.policy, self.envs, config.eval_episodes, interface=config.interface,
-            world=ctx.world, progress=f"held-out eval ({when})" if shown else None,
+            world=ctx.world, progress=f"held-out eval ({when}{self.note})" if shown else None,
         )  # fmt: skip
+        self.seconds.append(time.perf_counter() - t0)
+        return stats
+
+    def typical_seconds(self) -> float | None:
+        """One evaluation's duration, the mean of those timed (None: none yet)."""
+        return sum(self.seconds) / len(self.seconds) if self.seconds else None
 
 
 def open_run(
@@ -205,6 +219,7 @@ def play_groups(
     config = ctx.config
     mine = set(ctx.world.my_groups(max(groups) + 1 if groups else 0))
     played: list[Episode] = []
+    before = ctx.budget.get(config.budget_currency)
     for g in dict.fromkeys(groups):
         if g not in mine:
             continue
@@ -230,6 +245,13 @@ def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
     world, log, parallel = ctx.world, ctx.log, ctx.parallel
     dist_.barrier(world)  # every rank has checked the directory before rank 0 writes it
     log.start()
+    if held_out.progress and world.is_writer:  # --quiet: nothing
+        starting = "resuming" if log.resuming else "starting"
+        lines = [
+            f"rlid: {starting} a run with this configuration",
+            *setup_lines(log.path, ctx.config),
+        ]
+        print("\n".join(lines), file=sys.stderr, flush=True)
     synced = [None if parallel is not None and parallel.wrapped else state.model, state.value_head]
     if log.resuming:
         optimizer = state.optimizer
@@ -330,7 +352,10 @@ def run_iterations(
     and :class:`rlid.runs.stop.RunStopped` is raised (the writer says so).
     """
     config, budget = ctx.config, ctx.budget
-    bar = ctx.log.progress_bar(config, budget, enabled=progress and ctx.world.is_writer)
+    spent = budget.get(config.budget_currency)
+    shown = progress and ctx.world.is_writer
+    bar = RunBar(config.steps, spent, config.budget_currency, shown)
+    clock = RunClock(config, iteration=start, spent=spent)  # the whole run's time left
     iteration = start
     try:
         with StopSignals(announce=ctx.world.is_writer) as stop:
@@ -342,9 +367,17 @@ def run_iterations(
                 row = step(iteration, rng)
                 budget.wall_time += time.perf_counter() - t0
                 dist_.reduce_budget(budget, spent_before, ctx.world)
+                timed = len(held_out.seconds)
                 end_iteration(ctx, row, iteration, state=state, held_out=held_out, stop=stop)
-                bar.advance_to(budget.get(config.budget_currency))
-                bar.set_postfix(ret=f"{row['return']:.2f}", win=f"{row['success']:.2f}")
+                seconds = time.perf_counter() - t0 - sum(held_out.seconds[timed:])
+                clock.record(iteration, budget.get(config.budget_currency), seconds)
+                eval_seconds = held_out.typical_seconds()
+                left = format_left(clock.left(eval_seconds), evaluations=eval_seconds is not None)
+                held_out.note = f"; run left {left}" if shown else ""
+                bar.advance_to(
+                    budget.get(config.budget_currency), ret=row["return"], win=row["success"],
+                    left=left,
+                )  # fmt: skip
     finally:
         bar.close()
     finish_run(ctx, held_out)

@@ -1,60 +1,19 @@
-"""Curves (PNG) and a short markdown summary of a run directory."""
+"""A short markdown summary of a run directory, with its setup (what ``rlid train``
+prints as a run starts); its curves are :mod:`rlid.runs.curves`."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from rlid.runs import dir as rundir
-from rlid.runs.files import new_figure, save_figure
+from rlid.runs.curves import write_curves
+from rlid.runs.pin import WEIGHT_SUFFIXES
 from rlid.runs.software import describe_software
 
-CURVE_PANELS = (
-    ("return", "episode return"),
-    ("success", "success rate"),
-    ("rollout_entropy", "row entropy H(pi(.|s))"),
-    ("label_marginal_kl_uniform", "label-marginal KL to uniform"),
-    ("position_bias", "position bias (unbiased, sizes pooled)"),
-    ("rollout_label_mass", "label mass (1 - leakage)"),
-    ("clip_frac", "clip fraction"),
-    ("approx_kl", "approx KL to rollout policy"),
-    ("invalid_rate", "invalid-action rate"),
-)
-
-
-def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for row in metrics:
-        value = row.get(key)
-        if isinstance(value, int | float):
-            xs.append(row["budget"]["env_steps"])
-            ys.append(float(value))
-    return xs, ys
-
-
-def write_curves(run_dir: Path, metrics: list[dict[str, Any]]) -> Path | None:
-    """``curves.png``: one panel per logged quantity against env steps.
-
-    Uses matplotlib's object API (:func:`rlid.runs.files.new_figure`): the caller's pyplot backend is
-    left alone (training inside a notebook does not switch it).
-    """
-    if not metrics:
-        return None
-    panels = [(k, t) for k, t in CURVE_PANELS if _series(metrics, k)[0]]
-    cols = 4
-    rows = (len(panels) + cols - 1) // cols
-    fig = new_figure(figsize=(4 * cols, 3 * rows))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (key, title) in zip(axes.flat, panels):
-        xs, ys = _series(metrics, key)
-        ax.plot(xs, ys, marker=".", lw=1)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("env steps", fontsize=8)
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    return save_figure(fig, Path(run_dir) / "curves.png", dpi=90)
+__all__ = ["setup_lines", "write_curves", "write_summary"]
 
 
 def _fmt(value: Any) -> str:
@@ -112,30 +71,99 @@ def _episode_weight(config: Any) -> str:
     return ", episodes weighing their length" + step_text
 
 
+def resolved_hardware(config: Any) -> tuple[int, str]:
+    """(torch threads, device) this process runs ``config`` with: ``threads`` unset is
+    torch's default, ``device="auto"`` the first CUDA device where there is one."""
+    import torch  # lazy: reading a run's files needs no torch
+
+    device = str(getattr(config, "device", "cpu"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    threads = getattr(config, "threads", None)
+    return (torch.get_num_threads() if threads is None else int(threads)), device
+
+
+def _options(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _weights_sha256(pin: dict[str, Any]) -> str:
+    """``model.safetensors sha256 ...`` (what ``sha256sum`` prints) of a start with one
+    weight file; of several, the run's pin digest over them (:mod:`rlid.runs.pin`)."""
+    folder = Path(pin["path"]) if pin.get("path") else None
+    files = []
+    if folder is not None and folder.is_dir():
+        files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    if len(files) == 1:
+        stat = files[0].stat()
+        digest = _file_sha256(str(files[0]), stat.st_size, stat.st_mtime_ns)
+        return f"{files[0].name} sha256 {digest}"
+    if pin.get("sha256"):
+        return f"weights digest {pin['sha256']} (sha256 over its weight files)"
+    return ""
+
+
+def _start_model(config: Any, pin: dict[str, Any] | None) -> str:
+    pin = pin or {}
+    origin = pin.get("origin")
+    if origin == "fresh":
+        return f"{config.model} (fresh random initialisation: no weights file)"
+    where = f" {pin['path']}" if pin.get("path") else ""
+    sha = _weights_sha256(pin)
+    return f"{config.model} ({origin or 'origin unknown'}){where}" + (f", {sha}" if sha else "")
+
+
+def setup_lines(run_dir: Path, config: Any) -> list[str]:
+    """The run's resolved configuration, one item a line: starting model (with its
+    sha256), env and options, plane and algorithm, budget, evaluation, output directory,
+    threads and device. ``rlid train`` prints it as a run starts; ``summary.md`` holds it."""
+    threads, device = resolved_hardware(config)
+    pin = run_config(run_dir).get("start_model")
+    if config.plane == "token":
+        algorithm = f"{getattr(config, 'algo', '?')} (token plane)"
+    else:
+        algorithm = f"PPO, {config.advantage} advantages{_episode_weight(config)}"
+        if config.plane == "scoring":
+            algorithm += f", action scoring ({getattr(config, 'norm', '?')}-normalised)"
+    evals = f"{config.eval_episodes} held-out episodes (greedy) before and after training"
+    if config.eval_every:
+        evals += f" and every {config.eval_every} iterations"
+    threads_text = f"{threads}" + ("" if config.threads is not None else " (torch's default)")
+    return [
+        f"- model: {_start_model(config, pin)}",
+        f"- env: {config.env} ({_options(config.env_options)}), seed {config.seed}",
+        f"- plane: {config.plane}; algorithm: {algorithm}; lr {config.lr:g}",
+        f"- budget: {config.steps:,} {config.budget_currency}, {config.groups_per_iter} games x "
+        f"{config.group_size} episodes an iteration; checkpoint every "
+        f"{config.checkpoint_every} iterations",
+        f"- evaluation: {evals}",
+        f"- output: {Path(run_dir)}",
+        f"- threads: {threads_text}; device: {device} ({getattr(config, 'dtype', 'float32')}, "
+        f"mixed precision {getattr(config, 'mixed_precision', 'none')})",
+    ]
+
+
 def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
     """``summary.md``: setting, held-out before/after, last iteration, budget."""
     run_dir = Path(run_dir)
     evals = rundir.read_json(run_dir / "eval.json") if (run_dir / "eval.json").exists() else {}
     lines = [f"# Run `{run_dir.name}`", ""]
     lines.append(f"**Model:** {describe_model_origin(config.model, evals.get('model_origin'))}")
-    lines.append("")
-    lines.append(
-        f"plane **{config.plane}**, env **{config.env}** {config.env_options or ''}, "
-        f"model `{config.model}` ({evals.get('model_origin', '?')}), seed {config.seed}, "
-        f"advantage {config.advantage}{_episode_weight(config)}"
-    )
-    lines.append("")
-    hardware = (
-        f"device {getattr(config, 'device', 'cpu')}, dtype {getattr(config, 'dtype', 'float32')}, "
-        f"mixed precision {getattr(config, 'mixed_precision', 'none')}"
-    )
+    lines += ["", "## Setup", "", *setup_lines(run_dir, config), ""]
+    seen = []
     if evals.get("prompt_template"):
-        hardware += f", prompt template {evals['prompt_template']}"
+        seen.append(f"prompt template {evals['prompt_template']}")
     peaks = [r["gpu_memory"]["peak_allocated_gib"] for r in metrics if r.get("gpu_memory")]
     if peaks:
-        hardware += f", peak GPU memory {max(peaks):.2f} GiB allocated (largest iteration)"
-    lines.append(hardware)
-    lines.append("")
+        seen.append(f"peak GPU memory {max(peaks):.2f} GiB allocated (largest iteration)")
+    if seen:
+        lines += [", ".join(seen), ""]
     lines += software_lines(run_dir)
     lines.append("## Held-out evaluation")
     lines.append("")
