@@ -46,6 +46,7 @@ class Budget:
     shortened_prompts: int = 0  # steps rendered without memory to fit the model's context
     truncated_menus: int = 0  # decision menus cut to the label alphabet (overflow='truncate')
     grouped_lists: int = 0  # token/scoring prompts whose legal list was shown as groups
+    groups_skipped: int = 0  # groups an iteration did not start: the budget was reached
     optimizer_steps: int = 0
     wall_time: float = 0.0
 

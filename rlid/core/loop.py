@@ -223,6 +223,9 @@ def play_groups(
     for g in dict.fromkeys(groups):
         if g not in mine:
             continue
+        if played and budget_reached(ctx, before):
+            ctx.budget.groups_skipped += 1
+            continue
         group_seeds = [s for s, h in zip(seeds, groups) if h == g]
         rng, gen = group_rngs(config.seed, iteration, g, round_)
         played += collect_episodes(
@@ -231,6 +234,17 @@ def play_groups(
             budget=ctx.budget, timers=ctx.timers,
         )  # fmt: skip
     return played
+
+
+def budget_reached(ctx: RunContext, before: float) -> bool:
+    """Whether the run's budget (``--steps`` in ``budget_currency``) is reached, counting
+    what this process spent since ``before`` (the counter as its rollout started) once
+    per process (each plays its share of the groups). An iteration stops starting
+    groups there: the episodes in flight are finished, none is cut, and the iteration
+    updates on the groups it played (counted in ``groups_skipped``)."""
+    config, budget = ctx.config, ctx.budget
+    spent = budget.get(config.budget_currency)
+    return before + (spent - before) * ctx.world.size >= config.steps
 
 
 def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:

@@ -149,6 +149,22 @@ def setup_lines(run_dir: Path, config: Any) -> list[str]:
     ]
 
 
+def budget_stop_lines(config: Any, budget: dict[str, Any]) -> list[str]:
+    """Where the budget was reached inside an iteration: what that iteration played."""
+    skipped = int(budget.get("groups_skipped", 0))
+    if not skipped:
+        return []
+    currency = config.budget_currency
+    spent = budget.get(currency, 0)
+    return [
+        "",
+        f"The budget ({_fmt(config.steps)} {currency}) was reached during the last "
+        f"iteration: it finished the episodes in flight ({_fmt(spent)} {currency} in all) "
+        f"and did not start {skipped} more group(s) of episodes; it updated on the "
+        "groups it played.",
+    ]
+
+
 def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> Path:
     """``summary.md``: setting, held-out before/after, last iteration, budget."""
     run_dir = Path(run_dir)
@@ -185,6 +201,7 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         lines += ["", "## Budget", ""]
         for key, value in last["budget"].items():
             lines.append(f"- {key}: {_fmt(value)}")
+        lines += budget_stop_lines(config, last["budget"])
         total_time: dict[str, float] = {}
         for row in metrics:
             for phase, sec in row.get("time", {}).items():
