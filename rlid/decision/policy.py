@@ -48,10 +48,9 @@ from rlid.lm.models import CausalLM
 from rlid.lm.optim import chunks
 from rlid.lm.readout import (
     context_limit,
-    left_pad_ids,
     model_vocab_size,
     pad_label_ids,
-    readout_from_ids,
+    readout_from_lists,
 )
 from rlid.lm.tree_readout import LevelReader, PathReadout, path_logprobs
 from rlid.menus import Interface, LabelSet, Menu
@@ -368,14 +367,13 @@ class DecisionPolicy:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Readout over stored ids: logp (B, K_max) at ``temperature`` (float or (B,)),
         label_mass (B,), hidden (B, d); on the model's device."""
-        input_ids, attention_mask = left_pad_ids(prompt_ids, self.pad_id)
         label_pad, label_valid = pad_label_ids(label_ids, model_vocab_size(self.model))
-        result = readout_from_ids(
-            self.model, input_ids, attention_mask, label_pad, label_valid, return_hidden=True,
+        result = readout_from_lists(
+            self.model, prompt_ids, label_pad, label_valid, self.pad_id, return_hidden=True,
             temperature=temperature, autocast=self.autocast,
-        )  # fmt: skip
+        )  # fmt: skip  # packed into one row where the model allows (rlid.lm.packed)
         self.budget.forward_passes += 1
-        self.budget.tokens_processed += int(attention_mask.sum())
+        self.budget.tokens_processed += result.num_tokens
         assert result.hidden is not None  # return_hidden=True
         return result.logp, result.label_mass, result.hidden
 

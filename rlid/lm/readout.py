@@ -18,6 +18,10 @@ for a value head is the LM head's input at that position (captured with a hook,
 (``output_hidden_states`` is never asked for). Gradients flow; callers that only
 act wrap the call in ``torch.no_grad()``.
 
+Batches read from token id lists (:func:`readout_from_lists`, the decision plane's
+acting and re-scoring) are packed into one row instead, without padding or mask
+(``rlid.lm.packed``): the same numbers up to float rounding, less work.
+
 Precision: only the model forward runs under the caller's ``autocast``; the logits
 are cast to float32 before the label gather, the menu log-softmax and the label
 mass, whatever the weights' dtype.
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from rlid.lm import packed
 from rlid.lm.models import CausalLM
 from rlid.menus.tokens import encode_prompt
 
@@ -223,20 +228,89 @@ def readout_from_ids(
             logits_to_keep=1,
             use_cache=False,
         )
+    hidden = captured[-1][:, -1] if return_hidden else None  # (B, d)
+    return _label_readout(
+        out.logits[:, -1], label_ids, label_valid, hidden, int(lengths.sum()), temperature
+    )
+
+
+def readout_from_lists(
+    model: CausalLM,
+    prompt_ids: Sequence[Sequence[int]],
+    label_ids: torch.Tensor,
+    label_valid: torch.Tensor,
+    pad_id: int,
+    return_hidden: bool = False,
+    *,
+    temperature: float | torch.Tensor = 1.0,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> ReadoutResult:
+    """:func:`readout_from_ids` over token id lists: the prompts packed into one row
+    without padding (``rlid.lm.packed``) where the model allows it, else left-padded
+    with ``pad_id``. The same numbers either way, up to float rounding."""
+    if not packed.packs(model):
+        input_ids, attention_mask = left_pad_ids(prompt_ids, pad_id)
+        return readout_from_ids(
+            model, input_ids, attention_mask, label_ids, label_valid, return_hidden,
+            temperature=temperature, autocast=autocast,
+        )  # fmt: skip
+    if len(prompt_ids) != label_ids.shape[0] or label_ids.shape != label_valid.shape:
+        raise ValueError(
+            f"{len(prompt_ids)} prompts but label ids {tuple(label_ids.shape)} and validity "
+            f"{tuple(label_valid.shape)}; pass one row of label ids per prompt"
+        )
+    if not bool(label_valid.any(-1).all()):
+        raise ValueError("every row needs at least one valid label")
+    device = _device(model)
+    label_ids = label_ids.to(device)
+    label_valid = label_valid.to(device=device, dtype=torch.bool)
+    vocab_size = model_vocab_size(model)
+    valid_ids = label_ids[label_valid]
+    if valid_ids.numel() and (valid_ids.min() < 0 or valid_ids.max() >= vocab_size):
+        raise ValueError(f"label ids must lie in [0, {vocab_size}) for this model")
+    lengths = [len(p) for p in prompt_ids]
+    max_positions = context_limit(model)
+    if lengths and max_positions is not None and max(lengths) > max_positions:
+        raise ValueError(
+            f"a prompt has {max(lengths)} tokens, more than the model's "
+            f"max_position_embeddings={max_positions}; shorten it (less memory, a lower "
+            "--max-obs-chars, --afterstates false, fewer legal actions) or use a model with a "
+            "longer context"
+        )
+    with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
+        out = packed.packed_forward(model, prompt_ids, packed.ends(lengths), device)
+    if out is None:  # the model's attention does not take packed rows: padded
+        return readout_from_lists(
+            model, prompt_ids, label_ids, label_valid, pad_id, return_hidden,
+            temperature=temperature, autocast=autocast,
+        )  # fmt: skip
+    hidden = captured[-1][0] if return_hidden else None  # (B, d)
+    return _label_readout(out.logits[0], label_ids, label_valid, hidden, sum(lengths), temperature)
+
+
+def _label_readout(
+    logits: torch.Tensor,
+    label_ids: torch.Tensor,
+    label_valid: torch.Tensor,
+    hidden: torch.Tensor | None,
+    num_tokens: int,
+    temperature: float | torch.Tensor,
+) -> ReadoutResult:
+    """The menu log-probs and label mass from the answer positions' logits (B, V)."""
     # float32 from here on, whatever the weights or the autocast dtype
-    logits = out.logits[:, -1].float()  # (B, V)
+    logits = logits.float()  # (B, V)
+    vocab_size = logits.shape[-1]
     label_logits = logits.gather(1, label_ids.clamp(0, vocab_size - 1))  # (B, K)
     label_logits = label_logits.masked_fill(~label_valid, float("-inf"))  # (B, K)
     log_mass = torch.logsumexp(label_logits, -1) - torch.logsumexp(logits, -1)  # (B,)
     if isinstance(temperature, torch.Tensor):
-        temperature = temperature.to(device=device, dtype=torch.float32)[:, None]  # (B, 1)
+        temperature = temperature.to(device=logits.device, dtype=torch.float32)[:, None]
     logp = torch.log_softmax(label_logits / temperature, dim=-1)  # (B, K)
-    hidden = captured[-1][:, -1] if return_hidden else None  # (B, d)
     return ReadoutResult(
         logp=logp,
         label_mass=log_mass.exp(),
         hidden=hidden,
-        num_tokens=int(lengths.sum()),
+        num_tokens=num_tokens,
     )
 
 

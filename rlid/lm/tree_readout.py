@@ -23,6 +23,11 @@ only padding there). Padding in the middle of a row is masked out and position i
 count real tokens only (``cumsum(mask) - 1``), so a row reads as if it were alone; the
 answer positions are the last column of each block, the same for every row.
 
+:func:`path_logprobs` packs the batch instead where the model allows it
+(``rlid.lm.packed``): each path's prompt and segments one after another in one row of
+every path, no padding, each path's attention causal on its own tokens; the same
+numbers up to float rounding.
+
 Only those positions' logits are computed (``logits_to_keep`` as a tensor of columns);
 label logits, the per-level log-softmax and the label mass are float32 (float64 for a
 float64 model, as the audit runs it).
@@ -39,6 +44,7 @@ from typing import Any
 
 import torch
 
+from rlid.lm import packed
 from rlid.lm.models import CausalLM
 from rlid.lm.readout import (
     capture_final_hidden,
@@ -201,6 +207,12 @@ def path_logprobs(
                 "give one list of labels per level (segments + 1)"
             )
     device = _device(model)
+    if packed.packs(model):
+        read = _packed_paths(
+            model, prompts, segments, label_ids, device, temperature, return_hidden, autocast
+        )
+        if read is not None:
+            return read
     input_ids, attention_mask, ends = path_layout(prompts, segments, pad_id)
     _check_context(model, attention_mask)
     depth = len(ends)
@@ -224,6 +236,51 @@ def path_logprobs(
         present=valid.any(-1).to(device),
         hidden=hidden,
         num_tokens=int(attention_mask.sum()),
+    )
+
+
+def _packed_paths(
+    model: CausalLM,
+    prompts: Sequence[Ids],
+    segments: Sequence[Sequence[Ids]],
+    label_ids: Sequence[Sequence[Ids]],
+    device: torch.device,
+    temperature: float | torch.Tensor,
+    return_hidden: bool,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> PathReadout | None:
+    """:func:`path_logprobs` with each path's tokens (prompt, then its segments) packed
+    into one row (``rlid.lm.packed``): no padding, neither before the prompts nor between
+    the levels. The answer positions are the ends of each path's blocks; a level a path
+    lacks reads its first answer's logits and is masked out. None: the model's attention
+    does not take packed rows (the caller reads the padded layout)."""
+    depth = 1 + max((len(s) for s in segments), default=0)
+    sequences = [list(p) + [t for seg in segs for t in seg] for p, segs in zip(prompts, segments)]
+    limit = context_limit(model)
+    longest = max(len(q) for q in sequences)
+    if limit is not None and longest > limit:
+        _check_context(model, torch.ones(1, longest, dtype=torch.long))  # raises
+    answers = torch.zeros((len(prompts), depth), dtype=torch.long)  # (B, D) packed columns
+    start = 0
+    for b, (prompt, segs) in enumerate(zip(prompts, segments)):
+        ends = torch.tensor([len(prompt)] + [len(seg) for seg in segs]).cumsum(0) - 1 + start
+        answers[b] = ends[0]
+        answers[b, : len(ends)] = ends
+        start += len(sequences[b])
+    ids, valid = pad_levels(label_ids, depth, model_vocab_size(model))
+    with capture_final_hidden(model, enabled=return_hidden) as captured, autocast():
+        out = packed.packed_forward(model, sequences, answers.flatten(), device)
+    if out is None:
+        return None
+    logits = out.logits[0].reshape(len(prompts), depth, -1)  # (B, D, V)
+    logp, mass = label_scores(logits, ids.to(device), valid.to(device), temperature)
+    hidden = captured[-1][0].reshape(len(prompts), depth, -1)[:, 0] if return_hidden else None
+    return PathReadout(
+        logp=logp,
+        label_mass=mass,
+        present=valid.any(-1).to(device),
+        hidden=hidden,
+        num_tokens=sum(len(q) for q in sequences),
     )
 
 
