@@ -30,6 +30,7 @@ TEMPLATES: tuple[str, ...] = ("auto", "plain", "chat")
 LONG_PROMPT_POLICIES: tuple[str, ...] = ("error", "shorten")
 LEGAL_LISTS: tuple[str, ...] = ("all", "groups")
 LAYOUTS: tuple[str, ...] = ("rlid", "glam")
+AFTERSTATE_TEXTS: tuple[str, ...] = ("full", "change")
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class Interface:
     """Items the memory keeps: transitions for ``last_k``, places/failures for ``structured``."""
     afterstates: bool = True
     """Show each row's predicted afterstate in the decision-plane menu (``"-> ..."``)."""
+    afterstate_text: Literal["full", "change"] = "full"
+    """How a decision-plane row shows its afterstate: the whole predicted observation
+    ("full"), or "change": a row whose afterstate is the current observation itself
+    reads ``"-> no change"`` instead of a second copy of it (fewer tokens per decision;
+    a change of what the policy reads, so off by default)."""
     labels: str = "A-Z"
     """Candidate label alphabet spec (``rlid.menus.labels.parse_alphabet``): ``"A-Z"``, ``"auto"``, ..."""
     shuffle: bool = True
@@ -155,6 +161,11 @@ class Interface:
             raise ValueError(
                 f"Interface.legal_list must be one of {LEGAL_LISTS}, got {self.legal_list!r}"
             )
+        if self.afterstate_text not in AFTERSTATE_TEXTS:
+            raise ValueError(
+                f"Interface.afterstate_text must be one of {AFTERSTATE_TEXTS}, "
+                f"got {self.afterstate_text!r}"
+            )
         if self.layout not in LAYOUTS:
             raise ValueError(f"Interface.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if (self.layout == "glam") != (self.memory == "glam"):
@@ -219,7 +230,7 @@ class Interface:
         }
 
 
-_RECORDED_WHEN_CHANGED = ("long_prompts", "legal_list", "layout")
+_RECORDED_WHEN_CHANGED = ("long_prompts", "legal_list", "layout", "afterstate_text")
 _TREE_FIELDS = ("tree_grouping", "tree_fanout")
 
 

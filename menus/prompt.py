@@ -44,6 +44,7 @@ text's own tokens, plus the tokenizer's BOS unless a chat template already wrote
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -285,9 +286,25 @@ def render_decision_prompt(
         lines = [glam_prompt(obs, info, memory, with_cue=False)]
     else:
         lines = _fields(obs, info, interface, memory)
+    if interface.afterstate_text == "change" and isinstance(menu, Menu):
+        menu = afterstate_changes(menu, obs)
     lines += [ACTIONS_HEADER, menu.render(afterstates=interface.afterstates), ANSWER_CUE]
     context, _ = label_context(interface, tokenizer)
     return _finish("\n".join(lines), interface, tokenizer, context)
+
+
+NO_CHANGE = "no change"
+"""A row's afterstate under ``Interface.afterstate_text="change"`` where the action leaves
+the observation as it is."""
+
+
+def afterstate_changes(menu: Menu, obs: str) -> Menu:
+    """The menu as ``afterstate_text="change"`` shows it: a row whose afterstate is the
+    observation ``obs`` itself reads :data:`NO_CHANGE` (its other rows unchanged)."""
+    rows = tuple(
+        replace(row, afterstate=NO_CHANGE) if row.afterstate == obs else row for row in menu.rows
+    )
+    return menu if rows == menu.rows else replace(menu, rows=rows)
 
 
 def render_token_prompt(
