@@ -92,3 +92,21 @@ def test_a_full_disk_names_the_path_and_advises_per_command(tmp_path):
         assert "agent" in line and "--resume" not in line, line
     assert "--resume" in error_message(raised.value, "train")
     assert "build resumes" in error_message(raised.value, "pretrain")
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_model_weights_that_are_a_directory_or_a_fifo_are_named(tmp_path, capsys, kind):
+    import os
+
+    model = tmp_path / "model"
+    shutil.copytree(start_files.shipped_dir(), model)
+    for name in ("manifest.json", "pretrain.json", "model.safetensors"):
+        (model / name).unlink()
+    if kind == "directory":
+        (model / "model.safetensors").mkdir()
+    else:
+        os.mkfifo(model / "model.safetensors")
+    code = cli_main(["eval", "--model", str(model), "--env", "keydoor", "--episodes", "1"])
+    err = _raw_free(capsys).strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "model.safetensors is" in err[0] and "holds no weights" not in err[0], err

@@ -108,6 +108,14 @@ def check_model_folder(path: Path, *, adapters: bool = False) -> None:
                     "of an architecture transformers has built in, or remove the field if "
                     "the built-in class is meant"
                 )
+    for entry in sorted(path.iterdir()):
+        named = entry.name in (*CONFIG_FILES, *TOKENIZER_FILES) or entry.suffix == ".safetensors"
+        if named and entry.exists() and not entry.is_file():
+            kind = "a directory" if entry.is_dir() else "not a regular file (a FIFO or device)"
+            raise UntrustedModelError(
+                f"{entry} is {kind}; a model folder holds its weights, config and tokenizer "
+                "as files"
+            )
     files = sorted(p.name for p in path.iterdir() if p.is_file())
     if not any(name.endswith(".safetensors") for name in files):
         pickles = [name for name in files if name.endswith(PICKLE_SUFFIXES)]
