@@ -2,11 +2,12 @@
 
 The top row is the outcome: success, return and episode length of the training
 rollouts (thin, per iteration) beside the held-out evaluation (thick, with markers:
-before training at the run's start, every ``eval_every`` iterations, after training),
-and the label mass. The row below holds the update's diagnostics. The title says the
-run, its env and plane, and held-out success before -> after. Rates are drawn on a
-fixed 0-1 axis and other quantities on an axis no narrower than a tenth of their size,
-so noise in the third decimal does not look like a trend.
+before training at the run's start, every ``eval_every`` iterations, after training;
+each panel's title gives its held-out values before -> after), and the label mass.
+The row below holds the update's diagnostics. The figure's title names the run, its
+env and options, plane, seed and budget. Rates are drawn on a fixed 0-1 axis, episode
+length and a non-negative return from 0, and other quantities on an axis no narrower
+than a tenth of their size, so noise in the third decimal does not look like a trend.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def held_out_series(
 
 def _limits(ax: Any, key: str, values: list[float], cap: float | None) -> None:
     """Rates on 0-1; episode length from 0 to the step limit ``cap`` (truncation on
-    top); anything else no narrower than a tenth of its size."""
+    top); a return that is never negative from 0; anything else no narrower than a
+    tenth of its size."""
     if key in RATES:
         ax.set_ylim(-0.04, 1.04)
         return
@@ -76,6 +78,9 @@ def _limits(ax: Any, key: str, values: list[float], cap: float | None) -> None:
     low, high = min(values), max(values)
     if key == "episode_length":
         ax.set_ylim(0, 1.05 * max(high, cap or 0.0))
+        return
+    if key == "return" and low >= 0 and high > 0:  # from 0: a small gain looks small
+        ax.set_ylim(0, 1.08 * high)
         return
     span = max(high - low, 0.1 * max(abs(low), abs(high)), 1e-3)
     middle = (low + high) / 2
