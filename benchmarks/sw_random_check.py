@@ -77,7 +77,17 @@ def play_random_episode(env, seed: int) -> dict:
 
 
 def bootstrap_interval(values: np.ndarray, *, draws: int = 10_000, seed: int = 0) -> tuple:
-    """The 95% percentile-bootstrap interval of the mean of ``values``."""
+    """The 95% percentile-bootstrap interval of the mean of ``values`` (scores in [0, 1]).
+
+    When every score is 0 the bootstrap interval collapses to [0, 0]; the mean of scores
+    in [0, 1] is then bounded by the chance of a score above 0, whose exact (Clopper-
+    Pearson) 97.5% upper bound after ``n`` zeros is ``1 - 0.025 ** (1 / n)``.
+
+        >>> bootstrap_interval(np.zeros(30))[1] > 0.11
+        True
+    """
+    if not values.any():
+        return 0.0, float(1 - 0.025 ** (1 / len(values)))
     rng = np.random.default_rng(seed)
     means = rng.choice(values, size=(draws, len(values)), replace=True).mean(axis=1)
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
