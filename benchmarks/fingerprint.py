@@ -46,10 +46,18 @@ RUNS: dict[str, list[str]] = {
         "-o", "max_episode_steps=6", "--steps", "24", "--groups-per-iter", "1",
         "--group-size", "2", "--eval-episodes", "2",
     ],
+    "decision-position-target-kl": [
+        "--env", "keydoor", "-o", "size=3", "--steps", "100", *SMALL,
+        "--position-coef", "0.5", "--target-kl", "0.01", "--epochs", "3", "--minibatch-size", "8",
+    ],
     "scoring": ["--plane", "scoring", "--env", "keydoor", "-o", "size=3", "--steps", "80", *SMALL],
     "token-dapo-tis": [
         "--plane", "token", "--algo", "dapo", "--env", "keydoor", "-o", "size=3",
         "--steps", "80", *SMALL, "--rollout-engine", "perturbed", "--mismatch", "tis",
+    ],
+    "token-grpo-kl-micro": [
+        "--plane", "token", "--algo", "grpo", "--env", "keydoor", "-o", "size=3",
+        "--steps", "80", *SMALL, "--beta", "0.05", "--micro-batch-size", "3",
     ],
 }  # fmt: skip
 

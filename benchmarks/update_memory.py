@@ -37,7 +37,7 @@ def run_variant(args: argparse.Namespace, tokens: int | None, out: Path) -> None
     from rlid.baselines.scoring import ScoringPolicy
     from rlid.config.planes import ScoringConfig
     from rlid.core.loop import RunContext
-    from rlid.core.train import DecisionBatch, micro_parts, ppo_update
+    from rlid.core.menu_update import DecisionBatch, micro_parts, ppo_update
     from rlid.lm.optim import Stepper
     from rlid.lm.starts import load_policy_model
 

@@ -117,16 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     command, where = pip_command(args.version, variant=args.variant, index_url=args.index_url)
     command += ["-q"] if args.quiet else []
     print(where, file=sys.stderr if where.startswith("note:") else sys.stdout)
-    commands = [command]
-    if have is not None and have.partition("+")[0] == args.version:
-        # pip takes "torch==2.13.0" as met by the installed 2.13.0+cpu: remove it first
-        commands.insert(0, [sys.executable, "-m", "pip", "uninstall", "-y", "-q", "torch"])
-    for step in commands:
-        if args.dry_run:
-            print(" ".join(step))
-        elif subprocess.run(step).returncode != 0:
-            return 1
-    return 0
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    return subprocess.run(command).returncode
 
 
 if __name__ == "__main__":

@@ -9,15 +9,13 @@ import pytest
 import torch
 
 from rlid.losses.decision import (
-    PositionSums,
     PPOCoefs,
     decision_ppo_loss,
     exact_entropy,
     exact_kl,
     label_marginal_kl_uniform,
-    position_bias,
-    position_directions,
 )
+from rlid.losses.position import PositionSums, position_bias, position_directions
 
 DT = torch.float64
 NEG_INF = -torch.inf
@@ -75,7 +73,7 @@ def test_loss_with_entropy_bonus_and_kl_penalty():
         torch.tensor([0]),
         torch.tensor([math.log(0.5)], dtype=DT),
         torch.tensor([2.0], dtype=DT),
-        logp_ref_all=ref,
+        logp_ref=ref,
         label_mass=torch.tensor([0.9], dtype=DT),
         coefs=PPOCoefs(ent_coef=0.1, kl_coef=0.5),
     )
@@ -97,7 +95,7 @@ def test_kl_ref_reported_without_penalty():
         torch.tensor([math.log(0.5)], dtype=DT),
         torch.ones(1, dtype=DT),
     )
-    loss_with, metrics = decision_ppo_loss(*args, logp_ref_all=ref)
+    loss_with, metrics = decision_ppo_loss(*args, logp_ref=ref)
     loss_without, _ = decision_ppo_loss(*args)
     # KL = 0.5·ln 2 + 0.5·ln(2/3)
     assert metrics["kl_ref"].item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
@@ -127,7 +125,7 @@ def test_padded_rows_change_nothing():
             torch.tensor([2, 1]),
             torch.tensor([-1.0, -2.0], dtype=DT),
             torch.tensor([0.7, -1.3], dtype=DT),
-            logp_ref_all=ref_all,
+            logp_ref=ref_all,
             coefs=PPOCoefs(ent_coef=0.01, kl_coef=0.1),
         )
         (grad,) = torch.autograd.grad(loss, logits)
@@ -153,7 +151,7 @@ def test_gradients_match_finite_differences():
             torch.tensor([2, 1]),
             torch.tensor([-1.0, -2.0], dtype=DT),
             torch.tensor([0.7, -1.3], dtype=DT),
-            logp_ref_all=ref_all,
+            logp_ref=ref_all,
             coefs=PPOCoefs(ent_coef=0.05, kl_coef=0.1),
         )[0]
 
@@ -299,14 +297,14 @@ def test_errors():
         decision_ppo_loss(logp, torch.tensor([3]), old, adv)
     with pytest.raises(ValueError, match="outside the menu"):
         decision_ppo_loss(logp, torch.tensor([-1]), old, adv)
-    with pytest.raises(ValueError, match="needs logp_ref_all"):
+    with pytest.raises(ValueError, match="needs logp_ref"):
         decision_ppo_loss(logp, torch.tensor([0]), old, adv, coefs=PPOCoefs(kl_coef=0.1))
     with pytest.raises(ValueError, match="integer"):
         decision_ppo_loss(logp, torch.tensor([0.0]), old, adv)
     with pytest.raises(ValueError, match="advantages must be"):
         decision_ppo_loss(logp, torch.tensor([0]), old, torch.ones(2, dtype=DT))
-    with pytest.raises(ValueError, match="logp_ref_all must have"):
-        decision_ppo_loss(logp, torch.tensor([0]), old, adv, logp_ref_all=logp[:, :2])
+    with pytest.raises(ValueError, match="logp_ref must have"):
+        decision_ppo_loss(logp, torch.tensor([0]), old, adv, logp_ref=logp[:, :2])
     with pytest.raises(ValueError, match="needs position_direction"):
         decision_ppo_loss(logp, torch.tensor([0]), old, adv, coefs=PPOCoefs(position_coef=0.1))
     with pytest.raises(ValueError, match="position_direction must have"):

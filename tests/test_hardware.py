@@ -369,7 +369,7 @@ def test_all_zero_advantages_do_not_move_the_policy_toward_uniform():
         )  # fmt: skip
         logp_before, _, _ = policy.score(decisions)
     for d, row in zip(decisions, logp_before):
-        d.extra["logp_ref_all"] = row[: d.num_rows].tolist()
+        d.extra["logp_ref_levels"] = [row[: d.num_rows].tolist()]
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
     optimizer = torch.optim.AdamW(params, lr=1e-2)

@@ -114,20 +114,3 @@ def test_makefile_installs_torch_with_the_script():
     makefile = (SCRIPT.parents[1] / "Makefile").read_text()
     assert "scripts/install_torch.py -q --variant $(TORCH)" in makefile
     assert "pip install -q torch==" not in makefile  # every venv goes through the script
-
-
-def test_the_gpu_build_replaces_an_installed_cpu_build(monkeypatch, capsys):
-    # pip would take torch==2.13.0 as met by 2.13.0+cpu and install nothing
-    monkeypatch.setattr(install, "installed_version", lambda package="torch": "2.13.0+cpu")
-    ran = []
-    monkeypatch.setattr(install.subprocess, "run", lambda cmd: ran.append(cmd) or _Done(0))
-    assert install.main(["--variant", "gpu"]) == 0
-    assert [cmd[3:] for cmd in ran] == [
-        ["uninstall", "-y", "-q", "torch"],
-        ["install", "torch==2.13.0"],
-    ]
-
-
-class _Done:
-    def __init__(self, returncode: int) -> None:
-        self.returncode = returncode

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rlid.menus.memory import first_sentence, parse_location
 from rlid.core.rollout import Sampling
 from rlid.menus import MEMORY_PROVIDERS, LastKMemory, NoMemory, StructuredMemory, make_memory
+from rlid.menus.memory import first_sentence, parse_location
 
 
 def info(**extra):

@@ -42,7 +42,7 @@ def _decision_grad(logits, actions, logp_old, ref, advantages, micro: int, norma
         part = slice(start, start + micro)
         logp_all = torch.log_softmax(leaf[part], -1)
         n = normaliser if normaliser is not None else None
-        loss, _ = decision_ppo_loss(logp_all, actions[part], logp_old[part], advantages[part], logp_ref_all=ref[part], normaliser=n, coefs=PPOCoefs(clip_eps=0.2, ent_coef=0.05, kl_coef=0.1))  # fmt: skip
+        loss, _ = decision_ppo_loss(logp_all, actions[part], logp_old[part], advantages[part], logp_ref=ref[part], normaliser=n, coefs=PPOCoefs(clip_eps=0.2, ent_coef=0.05, kl_coef=0.1))  # fmt: skip
         loss.backward()
         total = total + loss.detach()
     return leaf.grad, total
@@ -327,7 +327,8 @@ def test_a_token_budget_cuts_the_update_and_keeps_its_step(plane):
     from rlid.baselines.scoring import ScoringPolicy
     from rlid.config.planes import ScoringConfig
     from rlid.core.loop import RunContext
-    from rlid.core.train import DecisionBatch, TrainConfig, micro_parts, ppo_update, update_tokens
+    from rlid.core.menu_update import DecisionBatch, micro_parts, ppo_update, update_tokens
+    from rlid.core.train import TrainConfig
     from rlid.decision.policy import DecisionPolicy
     from rlid.lm.optim import Stepper
 

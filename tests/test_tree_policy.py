@@ -17,7 +17,6 @@ from rlid.lm.readout import left_pad_ids, pad_label_ids, readout_from_ids
 from rlid.lm.tokenizer import build_tiny_tokenizer
 from rlid.lm.tree_readout import LevelReader, path_logprobs
 from rlid.losses.decision import PPOCoefs, decision_ppo_loss, exact_entropy
-from rlid.losses.tree import factored_ppo_loss
 from rlid.menus import Interface
 from tests.test_label_trees import science_menu
 
@@ -177,7 +176,7 @@ def test_the_joint_gradient_by_hand():
     )[None]  # (1, 2, 3)
     rows = torch.tensor([[2, 1]])
     old = torch.log(torch.tensor([[0.5, 0.6]]))
-    loss, metrics = factored_ppo_loss(levels, rows, old, torch.tensor([1.0]))
+    loss, metrics = decision_ppo_loss(levels, rows, old, torch.tensor([1.0]))
     loss.backward()
     # ratio 1, A = 1, one decision: loss = -pi/pi_old, its gradient -(onehot - p) per level
     assert torch.allclose(z1.grad, torch.tensor([0.2, 0.3, -0.5]), atol=1e-6)
@@ -205,11 +204,11 @@ def test_a_one_level_path_gives_exactly_the_flat_loss():
     mass = torch.tensor([0.9, 0.8, 0.7, 0.95, 0.5])
     coefs = PPOCoefs(ent_coef=0.01, kl_coef=0.1, label_mass_coef=0.2)
     flat, flat_metrics = decision_ppo_loss(
-        logp, rows, old, adv, coefs=coefs, logp_ref_all=ref, label_mass=mass, normaliser=7
+        logp, rows, old, adv, coefs=coefs, logp_ref=ref, label_mass=mass, normaliser=7
     )
-    tree, tree_metrics = factored_ppo_loss(
+    tree, tree_metrics = decision_ppo_loss(
         logp[:, None], rows[:, None], old[:, None], adv, coefs=coefs,
-        logp_ref_levels=ref[:, None], label_mass=mass, normaliser=7,
+        logp_ref=ref[:, None], label_mass=mass, normaliser=7,
     )  # fmt: skip
     assert torch.equal(flat, tree)
     assert flat_metrics.keys() == tree_metrics.keys()
@@ -243,18 +242,18 @@ def test_the_path_estimates_of_entropy_and_kl_are_unbiased():
             weight = float((old1[g] + old2[g, r]).exp())  # pi_old(path)
             rows = torch.tensor([[g, r]])
             olds = torch.stack([old1[g], old2[g, r]])[None]
-            _, metrics = factored_ppo_loss(
+            _, metrics = decision_ppo_loss(
                 levels(lp1, lp2, g), rows, olds, torch.zeros(1), coefs=coefs,
-                logp_ref_levels=levels(ref1, ref2, g),
+                logp_ref=levels(ref1, ref2, g),
             )  # fmt: skip
-            loss, _ = factored_ppo_loss(
+            loss, _ = decision_ppo_loss(
                 levels(lp1, lp2, g), rows, olds, torch.zeros(1),
-                coefs=PPOCoefs(ent_coef=1.0), logp_ref_levels=levels(ref1, ref2, g),
+                coefs=PPOCoefs(ent_coef=1.0), logp_ref=levels(ref1, ref2, g),
             )  # fmt: skip
             entropy_mean = entropy_mean + weight * -loss  # with A = 0 the loss is -H_hat
-            kl_loss, _ = factored_ppo_loss(
+            kl_loss, _ = decision_ppo_loss(
                 levels(lp1, lp2, g), rows, olds, torch.zeros(1),
-                coefs=PPOCoefs(kl_coef=1.0), logp_ref_levels=levels(ref1, ref2, g),
+                coefs=PPOCoefs(kl_coef=1.0), logp_ref=levels(ref1, ref2, g),
             )  # fmt: skip
             kl_grad_mean = kl_grad_mean + weight * kl_loss  # with A = 0 the loss is KL_hat
             kl_mean += weight * float(metrics["kl_ref"])

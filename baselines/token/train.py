@@ -66,12 +66,12 @@ from rlid.core.loop import (
 )
 from rlid.core.rollout import Episode, gathered_episode_stats
 from rlid.core.seeds import make_reset_seeds
+from rlid.core.update import run_update
 from rlid.engines.gap import gap_row, token_gap
 from rlid.engines.session import EngineSession
 from rlid.lm import distributed as dist_
 from rlid.lm.distributed import World
-from rlid.lm.hardware import train_mode_without_dropout
-from rlid.lm.optim import Stepper, budget_chunks, minibatches
+from rlid.lm.optim import Stepper, budget_chunks
 from rlid.lm.starts import load_run_model
 from rlid.losses.mismatch import MismatchCorrection
 from rlid.losses.token import (
@@ -232,20 +232,6 @@ def attach_reference_logprobs(
             g.extra["logp_ref"] = logp[b][mask[b]].tolist()
 
 
-def _reduce(metric_rows: list[dict[str, float]]) -> dict[str, float]:
-    """Mean over minibatches; ``*_min`` / ``*_max`` keep the extreme."""
-    out: dict[str, float] = {}
-    for key in dict.fromkeys(k for row in metric_rows for k in row):
-        values = [row[key] for row in metric_rows if key in row]
-        if key.endswith("_min"):
-            out[key] = min(values)
-        elif key.endswith("_max"):
-            out[key] = max(values)
-        else:
-            out[key] = sum(values) / len(values)
-    return out
-
-
 @dataclass
 class TokenBatch:
     """One iteration's completions as the token update reads them.
@@ -274,6 +260,79 @@ class Rescoring:
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
 
 
+class TokenSteps:
+    """The token plane's part of :func:`rlid.core.update.run_update`: completions,
+    re-scored token by token, trained with ``token_policy_loss``."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        model: torch.nn.Module,
+        batch: TokenBatch,
+        stepper: Stepper,
+        rescoring: Rescoring,
+    ) -> None:
+        self.ctx, self.config, self.model, self.batch = ctx, token_config(ctx), model, batch
+        self.stepper, self.rescoring = stepper, rescoring
+        self.owner = batch.owner
+        self.keeps_without_signal = False
+        self.lengths = np.zeros(len(self.owner))
+
+    def signal(self) -> np.ndarray:
+        """Which completions carry advantage signal; also each one's token count (the
+        minibatch normaliser needs every rank's), in one all-reduce."""
+        completions, advantages, owner = self.batch.completions, self.batch.advantages, self.owner
+        held = owner >= 0
+        lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
+        lengths[held] = [completions[i].num_tokens for i in owner[held]]
+        nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
+        both = dist_.all_sum(np.concatenate([lengths, nonzero]), self.ctx.world).numpy()
+        self.lengths = both[: len(owner)]
+        return both[len(owner) :] > 0
+
+    def micro_plan(self, idx: np.ndarray) -> list[slice]:
+        completions = self.batch.completions
+        costs = [
+            len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx
+        ]  # token positions, for micro_batch_tokens
+        micro = self.config.micro_batch_size or self.config.minibatch_size
+        return budget_chunks(costs, micro, self.config.micro_batch_tokens)
+
+    def begin(self, chosen: np.ndarray, idx: np.ndarray, plan: list[slice], signal: bool) -> Any:
+        normaliser = aggregation_normaliser(
+            self.config.algo, torch.tensor(self.lengths[chosen]).long(), self.config.max_new_tokens
+        )
+        return normaliser, len(chosen)
+
+    def micro_step(self, minibatch: Any, sub: np.ndarray | None) -> dict[str, float] | None:
+        normaliser, _ = minibatch
+        completions = self.batch.completions
+        if sub is None:  # a filler step: keeps the wrapper's collectives matched
+            stand_in = completions[0] if completions else self.batch.filler
+            assert stand_in is not None
+            _token_micro_step(
+                self.ctx, self.model, [stand_in], torch.zeros(1), normaliser,
+                self.stepper, self.rescoring, weight=0.0,
+            )  # fmt: skip
+            return None
+        return _token_micro_step(
+            self.ctx, self.model, [completions[i] for i in sub], self.batch.advantages[sub],
+            normaliser, self.stepper, self.rescoring,
+        )  # fmt: skip
+
+    def metrics(
+        self, minibatch: Any, steps: list[tuple[np.ndarray | None, Any]], grad_norm: float
+    ) -> dict[str, float]:
+        """Micro-batch means weighted by their share of the minibatch's sequences, over
+        every rank; the loss adds up."""
+        _, size = minibatch
+        parts = [(len(sub) / size, m) for sub, m in steps if sub is not None]
+        everyone = [p for ps in dist_.gather_objects(parts, self.ctx.world) for p in ps]
+        row = _combine_micro_metrics(everyone)
+        row["grad_norm"] = grad_norm
+        return row
+
+
 def token_update(
     ctx: RunContext,
     model: torch.nn.Module,
@@ -282,96 +341,22 @@ def token_update(
     rng: np.random.Generator,
     rescoring: Rescoring,
 ) -> dict[str, float]:
-    """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics.
+    """Epochs x minibatches of ``token_policy_loss`` over completions; mean metrics
+    (:func:`rlid.core.update.run_update` with :class:`TokenSteps`).
 
     Each minibatch is one optimizer step, computed in micro-batches of
     ``config.micro_batch_size`` completions (and at most ``config.micro_batch_tokens``
-    prompt + completion tokens) whose gradients accumulate; every
-    micro-batch divides by the *minibatch's* ``aggregation_normaliser`` (token count,
-    sequence count or B·max_len), so the step equals the one-batch step. Minibatches
-    whose advantages are all zero are skipped: the k3 KL alone would get a full-size
-    AdamW step. Metrics are micro-batch means weighted by their share of sequences.
-
-    Several processes: ``batch.owner`` maps the global completion list to this rank's
-    completions. Minibatches are
-    drawn over the global list, the normaliser is the global minibatch's (all ranks'
-    tokens for token-mean) and the gradients are summed over ranks: by ``parallel``'s
-    wrapper (``model`` is then its ``train_module``, inside its ``update`` block) or
-    by :func:`rlid.lm.distributed.reduce_gradients`. A wrapped model needs matched
-    collectives: a rank short of micro-batches runs filler steps (loss times 0) on one
-    of its completions, or on ``batch.filler`` when it holds none. ``stepper`` steps
-    the parameters of ``model`` (the wrapped one inside ``ctx.parallel``'s update block).
+    prompt + completion tokens) whose gradients accumulate; every micro-batch divides by
+    the *minibatch's* ``aggregation_normaliser`` (token count, sequence count or
+    B·max_len; all ranks' tokens for token-mean), so the step equals the one-batch step.
+    ``stepper`` steps the parameters of ``model`` (the wrapped one inside
+    ``ctx.parallel``'s update block); a rank short of micro-batches runs filler steps on
+    one of its completions, or on ``batch.filler`` when it holds none.
     """
-    config, world, budget, timers = token_config(ctx), ctx.world, ctx.budget, ctx.timers
-    completions, advantages, owner = batch.completions, batch.advantages, batch.owner
-    parallel = ctx.parallel if ctx.parallel is not None else dist_.Parallel.unwrapped(world)
-    held = owner >= 0
-    # tokens and advantage signal of every global completion, known on every rank
-    lengths, nonzero = np.zeros(len(owner)), np.zeros(len(owner))
-    lengths[held] = [completions[i].num_tokens for i in owner[held]]
-    nonzero[held] = (advantages.detach().cpu()[owner[held]] != 0).numpy()
-    both = dist_.all_sum(np.concatenate([lengths, nonzero]), world).numpy()
-    lengths, signal = both[: len(owner)], both[len(owner) :] > 0
-    if len(owner) and not signal.any():
-        # Nothing to learn from (every group had equal returns): an AdamW step on a
-        # zero gradient would still move the parameters through its momentum.
-        return {"skipped_update": 1.0}
-    micro = config.micro_batch_size or config.minibatch_size
-    skipped = 0
-    rows: list[dict[str, float]] = []
-    stop = False
-    with train_mode_without_dropout(model, enabled=config.gradient_checkpointing):
-        for _ in range(config.epochs if len(owner) else 0):
-            order = rng.permutation(len(owner))
-            for chosen in minibatches(order, config.minibatch_size):
-                if not signal[chosen].any():
-                    skipped += 1
-                    continue
-                normaliser = aggregation_normaliser(
-                    config.algo, torch.tensor(lengths[chosen]).long(), config.max_new_tokens
-                )
-                members = owner[chosen]
-                idx = members[members >= 0]  # the members this rank holds
-                stepper.zero_grad()
-                parts: list[tuple[float, dict[str, float]]] = []
-                costs = [
-                    len(completions[i].prompt_ids) + len(completions[i].completion_ids) for i in idx
-                ]  # token positions, for micro_batch_tokens
-                plan = budget_chunks(costs, micro, config.micro_batch_tokens)
-                for part, context in parallel.micro_plan(plan):
-                    if part is None:  # a filler step: keeps the wrapper's collectives matched
-                        stand_in = completions[0] if completions else batch.filler
-                        assert stand_in is not None
-                        with context:
-                            _token_micro_step(
-                                ctx, model, [stand_in], torch.zeros(1), normaliser,
-                                stepper, rescoring, weight=0.0,
-                            )  # fmt: skip
-                        continue
-                    sub = idx[part]
-                    with context:
-                        metrics = _token_micro_step(
-                            ctx, model, [completions[i] for i in sub], advantages[sub],
-                            normaliser, stepper, rescoring,
-                        )  # fmt: skip
-                    parts.append((len(sub) / len(chosen), metrics))
-                with timers.time("backward"):
-                    parallel.reduce_rest(stepper.params)
-                    grad_norm = stepper.step()
-                budget.optimizer_steps += 1
-                everyone = [p for ps in dist_.gather_objects(parts, world) for p in ps]
-                rows.append(_combine_micro_metrics(everyone))
-                rows[-1]["grad_norm"] = float(grad_norm)
-                if config.target_kl is not None and rows[-1]["approx_kl"] > config.target_kl:
-                    stop = True  # the global KL: every rank stops at the same step
-                    break
-            if stop:
-                break
-    out = _reduce(rows)
-    out["early_stop"] = float(stop)
-    if skipped:
-        out["skipped_minibatches"] = float(skipped)
-    return out
+    if not len(batch.owner):  # no completion kept on any rank (dynamic sampling)
+        return {"early_stop": 0.0}
+    steps = TokenSteps(ctx, model, batch, stepper, rescoring)
+    return run_update(ctx, steps, stepper, rng, model)
 
 
 def _token_micro_step(

@@ -116,7 +116,7 @@ class EvalRequest:
 
     def check_plane(self, config: TrainConfig) -> None:
         """A walk reads a menu policy's greedy row and probabilities."""
-        if self.walkthrough and config.plane == "token":
+        if self.walkthrough and get_plane(config.plane).generates_text:
             raise ValueError(
                 "--walkthrough reads a policy's distribution over the menu of legal actions: "
                 "the decision or scoring plane, not the token plane (free text)"

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rlid.config import TrainConfig
+from rlid.config.registry import get_plane
 from rlid.envs import gym_id
 
 
@@ -22,13 +23,14 @@ def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, f
 
 
 def _algorithm(config: TrainConfig) -> str:
-    if config.plane == "token":
+    plane = get_plane(config.plane)
+    if plane.generates_text:
         algo, mismatch = getattr(config, "algo", "?"), getattr(config, "mismatch", "?")
-        return f"{algo} (token plane), mismatch correction {mismatch}"
+        return f"{algo} ({config.plane} plane), mismatch correction {mismatch}"
     adv = "critic-free group-relative" if config.advantage == "group" else "GAE with a value head"
-    norm = getattr(config, "norm", "?")
-    scoring = f", action scoring ({norm}-normalised)" if config.plane == "scoring" else ""
-    return f"decision-level PPO, {adv} advantages{scoring}"
+    norm = getattr(config, "norm", None)  # the scoring plane's action-score normalisation
+    scoring = f", action scoring ({norm}-normalised)" if norm is not None else ""
+    return f"{plane.description}, {adv} advantages{scoring}"
 
 
 def model_card(

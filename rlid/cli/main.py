@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # standard library only: keeps `rlid --help` fast
+from rlid import envs
 from rlid.config.flags import add_env_option_argument
 from rlid.config.limits import PrintableStream, check_flags, one_line
 from rlid.runs.files import os_error_of
@@ -45,9 +46,6 @@ class UserError(Exception):
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
-    # lazy: `rlid --help` must stay quick (envs imports gymnasium)
-    from rlid import envs
-
     spec_ids = envs.list_envs()
     if args.env_id:
         spec_ids = [envs.get_spec(args.env_id).env_id]

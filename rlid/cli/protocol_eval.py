@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from rlid import envs as envs_pkg
 from rlid.config.benchmark_protocols import EvalSet, Protocol, get_protocol
-from rlid.config.run import TrainConfig, config_from_values
+from rlid.config.run import TrainConfig, config_from_values, read_toml
 from rlid.envs.registry import parse_option_strings
 
 REFERENCES = ("random", "walkthrough")
@@ -148,7 +148,7 @@ def subject_config(args: argparse.Namespace, protocol: Protocol) -> tuple[str, d
     """The env id, env options and (for ``--run``/``--model``) what is evaluated."""
     given = parse_option_strings(args.env_option or [])
     if args.run is not None:
-        from rlid.runs.log import read_run_config
+        from rlid.runs.log import read_run_config  # lazy: run files import torch
 
         config, _ = read_run_config(Path(args.run))
         env_id = args.env or config.env
@@ -166,8 +166,6 @@ def subject_config(args: argparse.Namespace, protocol: Protocol) -> tuple[str, d
         if args.plane is not None:
             data["plane"] = args.plane
         if args.config is not None:
-            from rlid.config.run import read_toml
-
             data = {**read_toml(Path(args.config), "config file"), **data}
         config = config_from_values(data, model=args.model)
         return env_id, dict(config.env_options), config

@@ -252,7 +252,7 @@ def build_train_config(compare: CompareConfig, arm: Arm, env: CompareEnv, seed: 
         eval_episodes=compare.heldout_episodes,
         interface=arm.interface,
     )
-    if arm.plane == "token":
+    if "algo" in {f.name for f in fields(config_class(arm.plane))}:  # the plane's algorithms
         data["algo"] = arm.algorithm
     return TrainConfig.from_dict(data)
 

@@ -26,6 +26,7 @@ from rlid.compare.config import (
     build_train_config,
 )
 from rlid.config.budget import CURRENCIES
+from rlid.config.registry import get_plane
 from rlid.config.run import TrainConfig, plane_config_classes, read_toml
 from rlid.menus import Interface
 
@@ -299,7 +300,7 @@ def _check_interfaces(compare: CompareConfig) -> None:
 
 def _check_currency(compare: CompareConfig) -> None:
     for arm in compare.arms:
-        if compare.currency.startswith("generated_") and arm.plane != "token":
+        if compare.currency.startswith("generated_") and not get_plane(arm.plane).generates_text:
             raise CompareConfigError(
                 f"budget.currency: {compare.currency!r} never grows on arms.{arm.name} "
                 f"(the {arm.plane} plane generates no text); choose a currency every arm "

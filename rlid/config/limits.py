@@ -37,6 +37,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlid import envs
+
 INT64 = 2**63
 """Whole numbers must lie in ``[-INT64, INT64)``."""
 SEED_MAX = 2**32 - 1
@@ -347,9 +349,6 @@ def check_bounds(config: Any) -> None:
 def max_episode_steps(config: Any) -> int | None:
     """The env's step limit under the config's options, or None if they do not resolve
     (the env then reports its own error when it is made)."""
-    # lazy: `rlid --help` imports this module and must stay quick (envs: gymnasium)
-    from rlid import envs
-
     try:
         return int(envs.get_spec(config.env).resolve(dict(config.env_options))["max_episode_steps"])
     except (ValueError, TypeError, KeyError):

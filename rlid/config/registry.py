@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal
 
 ENTRY_POINT_GROUP = "rlid.planes"
 
@@ -53,6 +53,11 @@ class Plane:
         config: the plane's config class (a ``rlid.config.run.TrainConfig`` that may add the
             plane's own fields, as TRL's ``GRPOConfig`` extends its training arguments), or
             its ``"module:attribute"`` reference.
+        acts: how its policy acts: ``"menu"`` (a distribution over the menu of legal
+            actions: a critic is possible, walkthroughs can be read, no text is generated)
+            or ``"text"`` (free-text commands: generated tokens, critic-free).
+        labels: its menus show label tokens at positions (the position penalty's domain).
+        description: the algorithm in a few words, for the exported model card.
     """
 
     name: str
@@ -60,6 +65,15 @@ class Plane:
     policy: Callable[..., Any] | str
     trainer: Callable[..., Any] | str
     config: type | str = "rlid.config.run:TrainConfig"
+    acts: Literal["menu", "text"] = "menu"
+    labels: bool = False
+    description: str = "decision-level PPO"
+
+    @property
+    def generates_text(self) -> bool:
+        """Whether the plane's policy writes its commands (generated-token budgets, the
+        simulated rollout engines)."""
+        return self.acts == "text"
 
     def config_class(self) -> type:
         """The plane's config class (imported on first use)."""
@@ -117,6 +131,7 @@ BUILT_IN = (
         summary="menu of legal actions, label readout in one forward, decision-level PPO",
         policy="rlid.decision.policy:decision_policy",
         trainer="rlid.core.train:train",
+        labels=True,
     ),
     Plane(
         name="scoring",
@@ -131,6 +146,8 @@ BUILT_IN = (
         policy="rlid.baselines.token.policy:make_token_policy",
         trainer="rlid.baselines.token.train:train_token",
         config="rlid.config.planes:TokenConfig",
+        acts="text",
+        description="the GRPO family (token plane)",
     ),
 )
 for _plane in BUILT_IN:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlid.config.registry import get_plane
+
 SIMULATED = ("perturbed", "bf16")
 """Engines simulated with the trainer's model (``rlid.baselines.engine``): token plane only."""
 
@@ -48,7 +50,7 @@ def check_rollout_engine(config: Any) -> None:
     """Raise ``ValueError`` (one line saying what to change) for an engine the plane
     cannot use, or a ``vllm_*`` value that would go unused or is out of range."""
     engine = config.rollout_engine
-    if engine in SIMULATED and config.plane != "token":
+    if engine in SIMULATED and not get_plane(config.plane).generates_text:
         raise ValueError(
             f"rollout_engine={engine!r} is a simulated engine of the token plane's "
             f"generation; the {config.plane} plane takes rollout_engine='trainer' or 'vllm'"

@@ -328,12 +328,13 @@ class TrainConfig:
                 "advantage='group' needs group_size >= 2 (a group of one has no baseline); "
                 "raise --group-size or use --advantage gae"
             )
-        if self.plane != "token" and self.budget_currency.startswith("generated_"):
+        plane = get_plane(self.plane)
+        if not plane.generates_text and self.budget_currency.startswith("generated_"):
             raise ValueError(
                 f"budget_currency={self.budget_currency!r} never grows on the {self.plane} "
                 "plane (it generates no text); choose e.g. env_steps or forward_passes"
             )
-        if self.position_coef > 0 and self.plane != "decision":
+        if self.position_coef > 0 and not plane.labels:
             raise ValueError(
                 f"position_coef is for the decision plane (label readout over menu positions); "
                 f"the {self.plane} plane has no label positions to prefer"
@@ -349,8 +350,8 @@ class TrainConfig:
                 "step_group_coef adds step-level group advantages on the decision and scoring "
                 "planes; it needs --advantage group there (the token plane has its own --algo)"
             )
-        if self.plane == "token" and self.advantage == "gae":
-            raise ValueError("the token plane is critic-free: use --advantage group")
+        if plane.generates_text and self.advantage == "gae":
+            raise ValueError(f"the {self.plane} plane is critic-free: use --advantage group")
         if self.eval_episodes < 0 or self.eval_every < 0 or self.checkpoint_every < 1:
             raise ValueError("eval_episodes, eval_every must be >= 0 and checkpoint_every >= 1")
         if self.parallel == "fsdp" and self.mixed_precision == "fp16":
@@ -380,7 +381,7 @@ class TrainConfig:
     def weighs_episodes(self) -> bool:
         """Where ``episode_weight`` applies: group advantages on the decision and scoring
         planes (the token plane normalises by its ``algo``; GAE has no groups)."""
-        return self.plane != "token" and self.advantage == "group"
+        return not get_plane(self.plane).generates_text and self.advantage == "group"
 
     @property
     def resolved_episode_weight(self) -> str:
@@ -405,7 +406,7 @@ class TrainConfig:
                 del out[name]
         if "report_to" in out:
             out["report_to"] = list(self.report_to)
-        if self.plane != "token":  # token-plane records always held them: kept there
+        if not get_plane(self.plane).generates_text:  # token-plane records always held them
             for name in TOKEN_PLANE_ENGINE_FIELDS:
                 if out[name] == self.__dataclass_fields__[name].default:
                     del out[name]

@@ -7,8 +7,11 @@
 * :mod:`rlid.core.advantages` — group, step-group and GAE advantages.
 * :mod:`rlid.core.evaluate`  — held-out evaluation and walkthroughs.
 * :mod:`rlid.core.loop`      — the run loop (setup, iterations, checkpoints, stop).
-* :mod:`rlid.core.train`, :mod:`rlid.core.tree_update` — decision-level PPO for any menu
-  policy (the decision and scoring planes).
+* :mod:`rlid.core.update`    — the one update path: epochs x minibatches x micro-batches
+  around a plane's micro-step (every plane).
+* :mod:`rlid.core.menu_update` — decision-level PPO's micro-step for any menu policy (the
+  decision and scoring planes; a flat menu is a one-level label tree).
+* :mod:`rlid.core.train`     — the decision and scoring planes' training run.
 
 The core imports no plane (the layering contract in ``pyproject.toml``).
 """

@@ -21,6 +21,10 @@ from typing import Any
 
 import torch
 
+from rlid.runs.dir import read_json
+from rlid.runs.files import refuse_link
+from rlid.runs.integrity import verify_files
+
 CUSTOM_CODE_FIELDS = ("auto_map",)
 """Config fields through which a folder asks transformers to import its own Python code."""
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json")
@@ -63,11 +67,6 @@ def check_closed_set(path: Path) -> bool:
     its record lists, each with its sha256; else one line naming the file (an unlisted
     adapter, chat template or config would change what loads). Returns whether a record
     was found (False: a folder of an earlier version, or of another tool)."""
-    # lazy: the run-directory layer's digests (no torch), only where a folder is checked
-    from rlid.runs.dir import read_json
-    from rlid.runs.files import refuse_link
-    from rlid.runs.integrity import verify_files
-
     path = Path(path)
     present = tuple(name for name, _ in CLOSED_RECORDS if (path / name).exists())
     for name, what in CLOSED_RECORDS:

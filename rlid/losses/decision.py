@@ -18,8 +18,9 @@ nor gradients.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -95,111 +96,12 @@ def label_marginal_kl_uniform(logp_all: Tensor) -> Tensor:
         return (mass * log_ratio).sum() / max(batch, 1)
 
 
-def _deviations(logp_all: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(valid, uniform u_b, deviation d_b = π_b − u_b), all (B, K) float64 on the CPU,
-    detached; u_b is uniform over menu b's valid rows, both 0 on padded rows."""
-    valid, _, probs = _menu_probs(logp_all.detach().to("cpu", torch.float64))
-    uniform = valid / valid.sum(-1, keepdim=True).clamp(min=1)
-    return valid, uniform, probs - uniform
-
-
-class PositionSums(NamedTuple):
-    """Sums over a batch of menus from which the position bias is computed; each field
-    adds up over micro-batches and processes (float64, on the CPU).
-
-    With d_b(k) = π_b(k) − u_b(k), u_b uniform over menu b's n_b rows (positions
-    0..n_b−1, padded at the end; both 0 beyond): ``dev`` = Σ_b d_b (W,), ``sq`` =
-    Σ_b d_b² (W,), ``uniform`` = Σ_b u_b (W,), ``batch`` = B (0-d).
-    """
-
-    dev: Tensor
-    sq: Tensor
-    uniform: Tensor
-    batch: Tensor
-
-    @classmethod
-    def zeros(cls, width: int) -> PositionSums:
-        z = torch.zeros(width, dtype=torch.float64)
-        return cls(z, z.clone(), z.clone(), torch.zeros((), dtype=torch.float64))
-
-    @classmethod
-    def of(cls, logp_all: Tensor, width: int) -> PositionSums:
-        """The sums of one batch (B, K ≤ width) of menu log-probs (−inf padded)."""
-        _, uniform, dev = _deviations(logp_all)
-        pad = (0, width - logp_all.shape[1])
-        return cls(
-            F.pad(dev.sum(0), pad),
-            F.pad((dev * dev).sum(0), pad),
-            F.pad(uniform.sum(0), pad),
-            torch.tensor(float(logp_all.shape[0]), dtype=torch.float64),
-        )
-
-    def __add__(self, other: object) -> PositionSums:
-        assert isinstance(other, PositionSums)
-        return PositionSums(*(a + b for a, b in zip(self, other)))
-
-    def flat(self) -> Tensor:
-        return torch.cat([self.dev, self.sq, self.uniform, self.batch[None]])
-
-    @classmethod
-    def unflat(cls, values: Tensor) -> PositionSums:
-        width = (len(values) - 1) // 3
-        v = values.to(torch.float64)
-        return cls(v[:width], v[width : 2 * width], v[2 * width : 3 * width], v[-1])
-
-    def weights(self) -> Tensor:
-        """w(k) = 1 / (2 ū(k)), ū = uniform / B: the χ²/2 weights (0 where ū = 0)."""
-        u_bar = self.uniform / self.batch.clamp(min=1)
-        return torch.where(u_bar > 0, 0.5 / torch.where(u_bar > 0, u_bar, 1.0), 0.0)
-
-
-def position_bias(sums: PositionSums) -> float:
-    """Unbiased estimate of Σ_k (p(k) − ū(k))² / (2 ū(k)) (≈ KL(p ‖ ū)), where p is the
-    policy's *expected* probability on menu position k and ū that of uniform rows,
-    menu sizes pooled.
-
-    The plug-in statistic of the batch mean p̄ = ū + Σ_b d_b / B has a noise floor that
-    grows with confidence (each decision's own deviation enters squared), so a
-    penalty on it pushes every row toward uniform like an entropy bonus (measured:
-    row entropy 1.3 -> 1.9 in five iterations), and grouping menus by size makes it
-    worse (a size with one menu gives log n − H). The U-statistic keeps only the
-    cross terms, P = Σ_k w(k) (dev(k)² − sq(k)) / (B(B−1)) = Σ_{b≠c} Σ_k w(k) d_b(k)
-    d_c(k) / (B(B−1)): with shuffled menus a policy that reads only the rows' content
-    has E[d_b] = 0, so E[P] = 0 whatever its confidence; a real preference for a
-    position gives P > 0. (A single batch's P can be negative.) B < 2: 0.
-    """
-    if float(sums.batch) < 2:
-        return 0.0
-    w = sums.weights()
-    b = float(sums.batch)
-    return float((w * (sums.dev * sums.dev - sums.sq)).sum() / (b * (b - 1)))
-
-
-def position_directions(logp_all: Tensor, sums: PositionSums) -> Tensor:
-    """(B, K) per-decision directions g_b of the position penalty P = position_bias(sums).
-
-    ∂P/∂π_b(k) = 2 w(k) (dev(k) − d_b(k)) / (B(B−1)): the other decisions'
-    deviations only. With g_b(k) = 2 w(k) (dev(k) − d_b(k)) / (B − 1) the per-decision
-    term Σ_k π_b(k) g_b(k), summed and divided by B like every other loss term, has
-    P's gradient, so micro-batches and processes add up to the one-batch step; ``sums``
-    must cover the whole minibatch at the current parameters (a no-grad pass first)
-    and ``logp_all`` are this micro-batch's rows (detached here). 0 on padded rows.
-    """
-    b = float(sums.batch)
-    if b < 2:
-        return torch.zeros(logp_all.shape, dtype=torch.float32, device=logp_all.device)
-    width = logp_all.shape[1]
-    valid, _, own = _deviations(logp_all)
-    g = 2.0 * sums.weights()[:width] * (sums.dev[:width] - own) / (b - 1)
-    return torch.where(valid, g, 0.0).to(device=logp_all.device, dtype=torch.float32)
-
-
 def _check_inputs(
     logp_all: Tensor,
     actions: Tensor,
     logp_old: Tensor,
     advantages: Tensor,
-    logp_ref_all: Tensor | None,
+    logp_ref: Tensor | None,
     label_mass: Tensor | None,
     position_direction: Tensor | None = None,
 ) -> None:
@@ -216,7 +118,7 @@ def _check_inputs(
             raise ValueError(f"{name} must be (B,) = ({batch[0]},), got {tuple(tensor.shape)}")
     if actions.is_floating_point() or actions.dtype == torch.bool:
         raise ValueError(f"actions must be integer row indices, got dtype {actions.dtype}")
-    for name, other in [("logp_ref_all", logp_ref_all), ("position_direction", position_direction)]:
+    for name, other in [("logp_ref", logp_ref), ("position_direction", position_direction)]:
         if other is not None and other.shape != logp_all.shape:
             raise ValueError(
                 f"{name} must have the shape of logp_all {tuple(logp_all.shape)}, "
@@ -263,91 +165,161 @@ class PPOCoefs:
         )
 
 
+def path_terms(logp_levels: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """(present (B, D) bool, logp of each level's chosen row (B, D), 0 where absent).
+
+    ``logp_levels`` (B, D, W) is -inf on padded rows and absent levels; ``rows`` (B, D)
+    is the chosen row per level, -1 where the path has no such level. Raises if a
+    chosen row is padding."""
+    present = rows >= 0
+    picked = logp_levels.gather(2, rows.clamp(min=0)[..., None]).squeeze(-1)  # (B, D)
+    if not bool(torch.isfinite(picked[present]).all()):
+        raise ValueError("a path's row points at a padded row or outside its menu")
+    return present, torch.where(present, picked, 0.0)
+
+
+def prefix_weights(logp_rows: Tensor, logp_old_rows: Tensor, present: Tensor) -> Tensor:
+    """w_l = pi(path_<l) / pi_old(path_<l) (B, D): 1 at level 1, gradients through pi."""
+    step = torch.where(present, logp_rows - logp_old_rows.detach(), 0.0)  # (B, D)
+    before = torch.cumsum(step, -1)[:, :-1]  # log-ratio of the levels above each level
+    return torch.exp(torch.nn.functional.pad(before, (1, 0)))
+
+
+def _per_level(fn: Callable[..., Tensor], *levels: Tensor) -> Tensor:
+    """``fn`` of (N, W) menus applied to (B, D, W) levels -> (B, D)."""
+    batch, depth, width = levels[0].shape
+    return fn(*(t.reshape(batch * depth, width) for t in levels)).view(batch, depth)
+
+
+def _check_paths(
+    logp_levels: Tensor,
+    rows: Tensor,
+    logp_old_rows: Tensor,
+    advantages: Tensor,
+    logp_ref_levels: Tensor | None,
+) -> None:
+    if logp_levels.dim() != 3 or rows.shape != logp_levels.shape[:2]:
+        raise ValueError(
+            f"logp_levels must be (B, D, W) and rows (B, D), got {tuple(logp_levels.shape)} "
+            f"and {tuple(rows.shape)}"
+        )
+    if logp_old_rows.shape != rows.shape or advantages.shape != rows.shape[:1]:
+        raise ValueError("logp_old_rows must be (B, D) and advantages (B,)")
+    if logp_ref_levels is not None and logp_ref_levels.shape != logp_levels.shape:
+        raise ValueError("logp_ref_levels must have the shape of logp_levels")
+
+
 def decision_ppo_loss(
-    logp_all: Tensor,
+    logp: Tensor,
     actions: Tensor,
     logp_old: Tensor,
     advantages: Tensor,
     *,
     coefs: PPOCoefs = PPOCoefs(),
     normaliser: float | Tensor | None = None,
-    logp_ref_all: Tensor | None = None,
+    logp_ref: Tensor | None = None,
     label_mass: Tensor | None = None,
     position_direction: Tensor | None = None,
     logp_rollout: Tensor | None = None,
     correction: MismatchCorrection | None = None,
 ) -> tuple[Tensor, Metrics]:
-    """Clipped PPO loss over menu decisions, with exact entropy bonus and KL penalty.
+    """Clipped PPO over menu decisions, a flat menu being a one-level label tree.
 
-    loss = −mean_b w_b·min(r·A, clip(r, 1−ε, 1+ε)·A) − ent_coef·mean_b H_b
-           + kl_coef·mean_b KL_b
-           + position_coef·mean_b Σ_k π_b(k) g_b(k)   (g_b: :func:`position_directions`)
-           − label_mass_coef·mean_b log m_b           (m_b: the label mass),
-    r = exp(logp_all[b, a_b] − logp_old[b]), and w_b = 1 unless a rollout engine played
-    the decisions: then w_b = correction(ρ_b), ρ_b = exp(logp_old[b] − logp_rollout[b])
-    = π_old/μ of the chosen row (TIS or IcePop, :mod:`rlid.losses.mismatch`), which weighs the
-    policy-gradient term only, as on the token plane.
+    A decision is a path of rows, one per level of its label tree
+    (``log π(a|s) = Σ_l log π_l(row_l | s, path_<l)``); a flat menu is the path of one
+    level. With ``ρ_b = exp(log π_θ(a_b) − log π_old(a_b))`` on the joint action,
+
+        loss = −mean_b w_b·min(ρ_b A_b, clip(ρ_b, 1−ε, 1+ε) A_b) − ent_coef·mean_b Ĥ_b
+               + kl_coef·mean_b KL̂_b
+               + position_coef·mean_b Σ_k π_b1(k) g_b(k)   (g_b: position directions)
+               − label_mass_coef·mean_b log m_b           (m_b: the label mass),
+
+    and w_b = 1 unless a rollout engine played the decisions: then w_b = correction(ρ'_b),
+    ρ'_b = exp(log π_old(a_b) − log μ(a_b)) (TIS or IcePop, :mod:`rlid.losses.mismatch`),
+    which weighs the policy-gradient term only, as on the token plane.
+
+    Entropy and KL are exact over a one-level menu (sums over its valid rows: no sampled
+    estimator, unlike the token plane's k3). Over a tree, exact would need every group's
+    menu read, so they are estimated along the sampled path with the chain rule
+    ``H(π) = Σ_l E_{path_<l ~ π}[H(π_l(. | path_<l))]``, each level's term exact over its
+    rows and weighted by the prefix ratio ``w_l = π(path_<l) / π_old(path_<l)``
+    (:func:`prefix_weights`, ``w_1 = 1``): its value and gradient are unbiased for every
+    θ, and a one-level path gives exactly the exact terms. The position penalty and the
+    label-marginal diagnostic read level 1, the menu every decision starts with.
+
+    Sources: PPO clip (Schulman et al. 2017, arXiv:1707.06347), as written in CleanRL's
+    ``ppo.py``; the ratio is over a decision, not over tokens.
 
     Args:
-        logp_all: (B, K) log π_θ over menu rows, ``-inf`` on padded rows.
-        actions: (B,) long, the chosen row of each menu (must be a valid row).
-        logp_old: (B,) log π_old of the chosen row at rollout time.
-        advantages: (B,) advantages (normalise them before, if wanted).
+        logp: (B, K) log π_θ over one menu per decision, or (B, D, W) over each level of
+            a label-tree path (``-inf`` on padded rows and on levels a path lacks).
+        actions: (B,) the chosen row of each menu, or (B, D) per level (-1 where absent).
+        logp_old: (B,) or (B, D): log π_old of the chosen row(s) at rollout time (0 where
+            absent).
+        advantages: (B,) (normalise them before, if wanted).
         coefs: the terms' weights (:class:`PPOCoefs`).
-        logp_ref_all: (B, K) log π_ref over the same menus; needed when kl_coef > 0,
-            and reported as ``kl_ref`` whenever given.
-        label_mass: (B,) probability mass the full vocabulary puts on the legal
-            labels (1 − leakage); reported as its mean; needed when label_mass_coef > 0
-            (the label softmax is blind to a shift of all label logits, so nothing else
-            holds the LM's mass on the labels: leakage grows at high lr).
-        normaliser: the denominator of every mean above (None: B). With gradient
-            accumulation pass the *minibatch's* decision count (across ranks: the
-            global one) to each micro-batch, so the summed micro-batch losses and
-            metrics are the minibatch's means — never the micro-batch's own B.
-        position_direction: (B, K) g_b of :func:`position_directions` (0 on padded
-            rows); needed when position_coef > 0. Its value is
-            :func:`position_bias`, reported by the trainer, not here.
-        logp_rollout: (B,) log μ of the chosen row under the engine that sampled it
-            (the behaviour distribution); needed by a correction other than "none".
-        correction: the mismatch rule on ρ = π_old/μ (None: none).
+        normaliser: the denominator of every mean (None: B). With gradient accumulation
+            pass the *minibatch's* decision count (across ranks: the global one) to each
+            micro-batch, so the summed micro-batch losses and metrics are the
+            minibatch's means — never the micro-batch's own B.
+        logp_ref: the reference policy over the same menus (the shape of ``logp``);
+            needed when kl_coef > 0, and reported as ``kl_ref`` whenever given.
+        label_mass: (B,) probability the full vocabulary puts on the legal labels (the
+            product over a path's levels); reported as its mean; needed when
+            label_mass_coef > 0 (the label softmax is blind to a shift of all label
+            logits, so nothing else holds the LM's mass on the labels).
+        position_direction: (B, K) level 1's position directions
+            (:func:`rlid.losses.position.position_directions`); needed when
+            position_coef > 0.
+        logp_rollout: (B,) log μ of the chosen action under the engine that sampled it;
+            needed by a correction other than "none".
+        correction: the mismatch rule on π_old/μ (None: none).
 
     Returns:
-        (loss, metrics) with detached 0-d metrics: ``policy_loss``,
-        ``clip_frac`` (decisions where the clipped branch is chosen and
-        differs), ``approx_kl`` (mean (r−1) − log r, old → new), ``entropy``
-        (mean H_b), ``label_marginal_kl_uniform`` (see that function), and
+        (loss, metrics) with detached 0-d metrics: ``policy_loss``, ``clip_frac``
+        (decisions where the clipped branch is chosen and differs), ``approx_kl``
+        (mean (ρ−1) − log ρ, old → new), ``entropy``, ``label_marginal_kl_uniform``, and
         ``kl_ref`` / ``label_mass`` when given, ``label_mass_loss`` when weighted,
-        ``tis_truncated_frac`` / ``icepop_masked_frac`` (decisions) with that correction.
+        ``tis_truncated_frac`` / ``icepop_masked_frac`` with that correction.
     """
-    _check_inputs(
-        logp_all, actions, logp_old, advantages, logp_ref_all, label_mass, position_direction
-    )
+    if logp.dim() not in (2, 3):
+        raise ValueError(
+            "logp must be (B, K) (one menu per decision) or (B, D, W) (label-tree levels), "
+            f"got shape {tuple(logp.shape)}"
+        )
+    if logp.dim() == 2:  # a flat menu: the path of one level
+        _check_inputs(logp, actions, logp_old, advantages, logp_ref, label_mass, position_direction)
+        width = logp.shape[1]
+        in_range = (actions >= 0) & (actions < width)
+        index = actions.clamp(0, max(width - 1, 0))[:, None]  # (B, 1)
+        valid = (logp != -torch.inf).gather(1, index).squeeze(1)
+        if logp.shape[0] > 0 and not bool((in_range & valid).all()):
+            raise ValueError("an action index points at a padded row or outside the menu")
+        logp, actions, logp_old = logp[:, None], actions[:, None], logp_old[:, None]
+        logp_ref = logp_ref[:, None] if logp_ref is not None else None
+    else:
+        _check_paths(logp, actions, logp_old, advantages, logp_ref)
     correcting = correction is not None and correction.rule != "none"
     if correcting and logp_rollout is None:
         raise ValueError("a mismatch correction needs logp_rollout (log μ of the sampler)")
-    if logp_rollout is not None and logp_rollout.shape != logp_old.shape:
+    if logp_rollout is not None and logp_rollout.shape != advantages.shape:
         raise ValueError(
-            f"logp_rollout must be (B,) = ({logp_old.shape[0]},), got {tuple(logp_rollout.shape)}"
+            f"logp_rollout must be (B,) = ({advantages.shape[0]},), got {tuple(logp_rollout.shape)}"
         )
-    clip_eps, ent_coef, kl_coef = coefs.clip_eps, coefs.ent_coef, coefs.kl_coef
-    if kl_coef > 0 and logp_ref_all is None:
-        raise ValueError("kl_coef > 0 needs logp_ref_all (the reference policy over the menus)")
+    if coefs.kl_coef > 0 and logp_ref is None:
+        raise ValueError("kl_coef > 0 needs logp_ref (the reference policy over the menus)")
     if coefs.label_mass_coef > 0 and label_mass is None:
         raise ValueError("label_mass_coef > 0 needs label_mass (the mass on the legal labels)")
     if coefs.position_coef > 0 and position_direction is None:
         raise ValueError("position_coef > 0 needs position_direction (see position_directions)")
-    batch, width = logp_all.shape
-    valid = logp_all != -torch.inf  # (B, K)
-    in_range = (actions >= 0) & (actions < width)
-    index = actions.clamp(0, max(width - 1, 0))[:, None]  # (B, 1)
-    if batch > 0 and not bool((in_range & valid.gather(1, index).squeeze(1)).all()):
-        raise ValueError("an action index points at a padded row or outside the menu")
-
-    logp_action = logp_all.gather(1, index).squeeze(1)  # (B,)
-    log_ratio = logp_action - logp_old.detach()
+    batch = logp.shape[0]
+    present, logp_rows = path_terms(logp, actions)  # (B, D) each
+    old = torch.where(present, logp_old, 0.0)
+    log_ratio = logp_rows.sum(-1) - old.sum(-1).detach()  # (B,) on the joint action
     ratio = torch.exp(log_ratio)
+    eps = coefs.clip_eps
     unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    clipped = torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * advantages
     # float32 whatever the model's dtype: the readout returns float32 log-probs, and
     # ratios, advantages and every term below stay in that dtype
     n = max(batch, 1) if normaliser is None else normaliser
@@ -355,29 +327,30 @@ def decision_ppo_loss(
     rule_metrics: Metrics = {}
     if correcting:
         assert correction is not None and logp_rollout is not None  # checked above
-        rho = torch.exp(logp_old.detach() - logp_rollout.detach())  # (B,) π_old / μ
+        rho = torch.exp(old.sum(-1).detach() - logp_rollout.detach())  # (B,) π_old / μ
         weight, rule_metrics = correction.weigh(rho)
         surrogate = surrogate * weight
     policy_loss = -surrogate.sum() / n
-    entropy = exact_entropy(logp_all).sum() / n
-    loss = policy_loss - ent_coef * entropy
-
+    weights = prefix_weights(logp_rows, old, present)  # (B, D), 1 on a flat menu
+    entropy = (weights * _per_level(exact_entropy, logp)).sum() / n
+    loss = policy_loss - coefs.ent_coef * entropy
+    first = logp[:, 0]  # (B, W): the menu every decision starts with
     metrics: Metrics = {
         "policy_loss": policy_loss,
-        "clip_frac": (clipped < unclipped).to(logp_all.dtype).sum() / n,
+        "clip_frac": (clipped < unclipped).to(logp.dtype).sum() / n,
         "approx_kl": (torch.expm1(log_ratio) - log_ratio).sum() / n,
         "entropy": entropy,
         # a batch-level diagnostic: not additive over micro-batches, scaled by its share
-        "label_marginal_kl_uniform": label_marginal_kl_uniform(logp_all) * (batch / n),
+        "label_marginal_kl_uniform": label_marginal_kl_uniform(first) * (batch / n),
     }
     for name, mean in rule_metrics.items():  # the rule's means, as sums / n like the rest
         metrics[name] = mean * (batch / n)
-    if logp_ref_all is not None:
-        kl_ref = exact_kl(logp_all, logp_ref_all.detach()).sum() / n
-        if kl_coef > 0:
-            loss = loss + kl_coef * kl_ref
+    if logp_ref is not None:
+        kl_ref = (weights * _per_level(exact_kl, logp, logp_ref.detach())).sum() / n
+        if coefs.kl_coef > 0:
+            loss = loss + coefs.kl_coef * kl_ref
         metrics["kl_ref"] = kl_ref
-    loss = add_menu_terms(loss, metrics, coefs, logp_all, position_direction, label_mass, n)
+    loss = add_menu_terms(loss, metrics, coefs, first, position_direction, label_mass, n)
     return loss, {name: value.detach() for name, value in metrics.items()}
 
 

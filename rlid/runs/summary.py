@@ -8,6 +8,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlid.runs import dir as rundir
 from rlid.runs.curves import write_curves
 from rlid.runs.pin import WEIGHT_SUFFIXES
@@ -74,8 +76,6 @@ def _episode_weight(config: Any) -> str:
 def resolved_hardware(config: Any) -> tuple[int, str]:
     """(torch threads, device) this process runs ``config`` with: ``threads`` unset is
     torch's default, ``device="auto"`` the first CUDA device where there is one."""
-    import torch  # lazy: reading a run's files needs no torch
-
     device = str(getattr(config, "device", "cpu"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
