@@ -137,7 +137,10 @@ def _rollout(model_dir, config, iteration=1):
 
 def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
     # one-token commands never reach the goal: every group has equal returns, all filtered
-    config = _config(commanding_model, algo="dapo", invalid_penalty=0.0, max_new_tokens=1)
+    # (a budget that does not stop the rounds: --steps stops starting groups once spent)
+    config = _config(
+        commanding_model, algo="dapo", invalid_penalty=0.0, max_new_tokens=1, steps=10_000
+    )
     result, budget = _rollout(commanding_model, config)
     assert result.kept == [] and result.rounds == config.max_gen_batches
     generated = sum(e.length for e in result.generated)
@@ -145,7 +148,7 @@ def test_dynamic_sampling_counts_every_generated_sample(commanding_model):
     assert budget.generated_samples == generated == budget.filtered_samples
     assert budget.generated_tokens == generated  # one token each
 
-    config = _config(commanding_model, algo="dapo", max_gen_batches=4)
+    config = _config(commanding_model, algo="dapo", max_gen_batches=4, steps=10_000)
     result, budget = _rollout(commanding_model, config)
     kept = sum(e.length for e in result.kept)
     assert budget.generated_samples == sum(e.length for e in result.generated)
