@@ -435,23 +435,13 @@ class TrainConfig:
         """The config of a record written by :meth:`to_dict` (a run's config.json, an
         export): a field left out there holds the value it was left out at, which is not
         always today's default (``from_dict`` is for configs a user writes)."""
-        data = {**_LEFT_OUT_OF_RECORDS, **dict(data)}
-        own = config_class(str(data.get("plane", "decision")))
-        known = {f.name for f in dataclasses.fields(own)}
-        # records written before the planes had their own configs hold every plane's
-        # fields; another plane's, at its default, says nothing about this run
-        for name in sorted(set(data) - known):
-            default = _other_plane_defaults().get(name, _NO_DEFAULT)
-            if default is not _NO_DEFAULT and data[name] == default:
-                del data[name]
-        return cls.from_dict(data)
+        return cls.from_dict({**_LEFT_OUT_OF_RECORDS, **dict(data)})
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-_NO_DEFAULT = object()
 
 
 def config_class(plane: str) -> type[TrainConfig]:
@@ -469,17 +459,6 @@ def config_class(plane: str) -> type[TrainConfig]:
 def plane_config_classes() -> dict[str, type[TrainConfig]]:
     """Every registered plane's config class, by plane name."""
     return {name: config_class(name) for name in plane_names()}
-
-
-def _other_plane_defaults() -> dict[str, Any]:
-    """Defaults of the fields that only some planes' configs have."""
-    base = {f.name for f in dataclasses.fields(TrainConfig)}
-    out: dict[str, Any] = {}
-    for cls in plane_config_classes().values():
-        for f in dataclasses.fields(cls):
-            if f.name not in base and f.default is not dataclasses.MISSING:
-                out[f.name] = f.default
-    return out
 
 
 def _unknown_keys(unknown: list[str], known: set[str], plane: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from rlid.config.registry import get_plane
 from rlid.runs import dir as rundir
 from rlid.runs.curves import write_curves
 from rlid.runs.pin import WEIGHT_SUFFIXES
@@ -125,12 +126,13 @@ def setup_lines(run_dir: Path, config: Any) -> list[str]:
     threads and device. ``rlid train`` prints it as a run starts; ``summary.md`` holds it."""
     threads, device = resolved_hardware(config)
     pin = run_config(run_dir).get("start_model")
-    if config.plane == "token":
-        algorithm = f"{getattr(config, 'algo', '?')} (token plane)"
+    plane = get_plane(config.plane)
+    if plane.generates_text:
+        algorithm = f"{getattr(config, 'algo', '?')} ({config.plane} plane)"
     else:
         algorithm = f"PPO, {config.advantage} advantages{_episode_weight(config)}"
-        if config.plane == "scoring":
-            algorithm += f", action scoring ({getattr(config, 'norm', '?')}-normalised)"
+        if getattr(config, "norm", None) is not None:  # the scoring plane's normalisation
+            algorithm += f", action scoring ({config.norm}-normalised)"
     evals = f"{config.eval_episodes} held-out episodes (greedy) before and after training"
     if config.eval_every:
         evals += f" and every {config.eval_every} iterations"
