@@ -1,8 +1,8 @@
 """Every Python block of the README and docs/ runs, as a user would paste it.
 
 Each ```python block runs in a fresh interpreter in a scratch folder. A block that
-reads a run or an exported agent (``runs/kd``, ``agents/kd``, as the pages' commands
-make them) gets a small one made first; one that needs vLLM is skipped where it is
+reads a run or an exported agent (``runs/kd``, ``runs/kd-agent``, as the pages'
+commands make them) gets a small one made first; one that needs vLLM is skipped where it is
 missing (``make test-vllm`` runs it). So an API that does not exist cannot be shown again.
 """
 
@@ -49,9 +49,11 @@ def _rlid(*args: str, cwd: Path) -> None:
 def test_block_runs(name, code, tmp_path):
     if "vllm" in code.lower() and importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vllm (make test-vllm)")
-    if "runs/kd" in code or "agents/kd" in code:
+    agents = sorted(set(re.findall(r"(?:runs/[\w-]+-agent|agents/[\w-]+)", code)))
+    if "runs/kd" in code or agents:
         _rlid("train", *SMALL_RUN, "--out", "runs/kd", cwd=tmp_path)
-        _rlid("export", "runs/kd", "agents/kd", cwd=tmp_path)
+        for agent in agents:  # what the page's `rlid export runs/kd ...` writes
+            _rlid("export", "runs/kd", agent, cwd=tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env
