@@ -16,11 +16,13 @@ def info(**extra):
 
 
 def test_registry_and_make_memory():
-    assert set(MEMORY_PROVIDERS) == {"none", "last_k", "structured"}
+    assert set(MEMORY_PROVIDERS) == {"none", "last_k", "structured", "glam"}
     for kind, cls in MEMORY_PROVIDERS.items():
         memory = make_memory(kind, 4)
         assert type(memory) is cls and memory.kind == kind and memory.size == 4
-    with pytest.raises(ValueError, match=r"valid kinds: \['last_k', 'none', 'structured'\]"):
+    with pytest.raises(
+        ValueError, match=r"valid kinds: \['glam', 'last_k', 'none', 'structured'\]"
+    ):
         make_memory("episodic")
     with pytest.raises(ValueError, match="size must be an int >= 0"):
         make_memory("last_k", -1)

@@ -180,9 +180,12 @@ def test_interface_round_trips_through_json():
     assert Interface.from_dict({}) == Interface()
     # every field is recorded, except those added later, which appear only when changed
     # (so interfaces recorded before them keep their fingerprint)
-    later = {"long_prompts", "legal_list", "layout"}
+    later = {"long_prompts", "legal_list", "layout", "afterstate_text"}
     assert set(data) == {f.name for f in dataclasses.fields(Interface)} - later
-    strict = Interface(long_prompts="error", legal_list="groups", layout="glam", memory="glam")
+    strict = Interface(
+        long_prompts="error", legal_list="groups", layout="glam", memory="glam",
+        afterstate_text="change",
+    )  # fmt: skip
     assert set(strict.to_dict()) == {f.name for f in dataclasses.fields(Interface)}
     assert Interface.from_dict(json.loads(json.dumps(strict.to_dict()))) == strict
 

@@ -69,8 +69,8 @@ def test_the_manifest_says_what_the_corpus_saw_and_never_a_heldout_game():
     assert "training games" in manifest["corpus"] and "held-out" in manifest["corpus"]
     for env in recipe.envs:
         assert env.split("[")[0] in manifest["corpus"]
-    # the corpus code plays split="train" only (rlid/pretrain/corpus.py)
-    corpus = (ROOT / "rlid" / "pretrain" / "corpus.py").read_text()
+    # the corpus code plays split="train" only (rlid/lm/pretrain/corpus.py)
+    corpus = (ROOT / "rlid" / "lm" / "pretrain" / "corpus.py").read_text()
     assert 'split="train"' in corpus and "heldout" not in corpus
 
 

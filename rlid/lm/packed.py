@@ -110,11 +110,26 @@ def _model_class(model: Any) -> type:
     return type(base()) if callable(base) else type(model)
 
 
+def _recomputes(model: Any) -> bool:
+    """Whether a forward of ``model`` now runs under gradient checkpointing (enabled, in
+    train mode): its layers are recomputed in the backward, after :func:`packed_forward`
+    has put the attention implementation back, so they would recompute unpacked."""
+    while hasattr(model, "module") and not hasattr(model, "config"):
+        model = model.module
+    name = (  # transformers 5 renamed it
+        "is_activation_checkpointing"
+        if hasattr(type(model), "is_activation_checkpointing")
+        else "is_gradient_checkpointing"
+    )
+    return bool(getattr(model, name, False) and model.training)
+
+
 def packs(model: Any) -> bool:
     """Whether ``model``'s readouts pack now: packing is on, the model is a Hugging Face
     model with a config whose attention runs through the interface (``sdpa`` or
-    ``eager``), and its class was not found to ignore it."""
-    if not _enabled:
+    ``eager``), its class was not found to ignore it, and no gradient checkpointing will
+    recompute its layers after the call."""
+    if not _enabled or _recomputes(model):
         return False
     config = _config(model)
     if config is None or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
