@@ -57,3 +57,23 @@ def test_a_budget_reached_at_an_iteration_end_changes_nothing(tmp_path):
     assert rows[-1]["budget"]["episodes"] == 8
     assert rows[-1]["budget"]["groups_skipped"] == 0
     assert "did not start" not in (log.path / "summary.md").read_text()
+
+
+def test_groups_to_play_reads_the_runs_spend_per_group():
+    """Hand-computed: 40 env steps over 8 episodes in groups of 2 is 10 a group; 15 left
+    need 2 groups; nothing left, or no bound known, plays them all; an episode budget
+    counts exactly; before any group, a group costs at most 2 x the 6-step limit."""
+    from rlid.config.budget import Budget
+    from rlid.core.loop import RunContext, groups_to_play
+
+    def ctx(steps: int, currency: str = "env_steps", **spent: int) -> RunContext:
+        run = RunContext(config(steps=steps, budget_currency=currency))
+        run.budget = Budget(**spent)
+        return run
+
+    assert groups_to_play(ctx(55, env_steps=40, episodes=8), 4) == 2
+    assert groups_to_play(ctx(41, env_steps=40, episodes=8), 4) == 1
+    assert groups_to_play(ctx(500, env_steps=40, episodes=8), 4) == 4
+    assert groups_to_play(ctx(11, "episodes", episodes=8), 4) == 2
+    assert groups_to_play(ctx(13), 4) == 2  # ceil(13 / (2 x 6))
+    assert groups_to_play(ctx(100, "forward_passes"), 4) == 4

@@ -17,6 +17,7 @@ long parameter lists.
 from __future__ import annotations
 
 import copy
+import math
 import signal
 import sys
 import time
@@ -31,7 +32,7 @@ import torch
 from rlid import envs as envs_pkg
 from rlid.config import TrainConfig
 from rlid.config.budget import Budget, Timers
-from rlid.config.limits import check_machine_limits
+from rlid.config.limits import check_machine_limits, max_episode_steps
 from rlid.config.registry import get_plane
 from rlid.core.env_workers import WorkerEnvs
 from rlid.core.evaluate import evaluate
@@ -219,11 +220,13 @@ def play_groups(
     config = ctx.config
     mine = set(ctx.world.my_groups(max(groups) + 1 if groups else 0))
     played: list[Episode] = []
-    before = ctx.budget.get(config.budget_currency)
-    for g in dict.fromkeys(groups):
+    order = list(dict.fromkeys(groups))
+    # the first round decides how many of the iteration's groups the budget left needs
+    playing = set(order[: groups_to_play(ctx, len(order))] if round_ == 0 else order)
+    for g in order:
         if g not in mine:
             continue
-        if played and budget_reached(ctx, before):
+        if g not in playing:
             ctx.budget.groups_skipped += 1
             continue
         group_seeds = [s for s, h in zip(seeds, groups) if h == g]
@@ -236,15 +239,35 @@ def play_groups(
     return played
 
 
-def budget_reached(ctx: RunContext, before: float) -> bool:
-    """Whether the run's budget (``--steps`` in ``budget_currency``) is reached, counting
-    what this process spent since ``before`` (the counter as its rollout started) once
-    per process (each plays its share of the groups). An iteration stops starting
-    groups there: the episodes in flight are finished, none is cut, and the iteration
-    updates on the groups it played (counted in ``groups_skipped``)."""
+def groups_to_play(ctx: RunContext, count: int) -> int:
+    """How many of an iteration's ``count`` groups (in group order) the budget left
+    (``--steps`` in ``budget_currency``) is expected to need: the budget left divided by
+    what a group has cost so far in this run (the run's spend per group played), at
+    least one group, at most ``count``.
+
+    Before any group was played, the cost of a group is bounded by its episodes at the
+    env's step limit (env steps and decisions; an episode budget counts episodes), so
+    a small budget plays no more groups than it could need; other currencies play every
+    group. The decision reads the run's budget, which every process holds the same at
+    an iteration's start, so N processes play the groups one process would, and a
+    resumed run the groups of the uninterrupted one. The groups not started are counted
+    in ``groups_skipped``; the episodes of the groups started are all finished."""
     config, budget = ctx.config, ctx.budget
-    spent = budget.get(config.budget_currency)
-    return before + (spent - before) * ctx.world.size >= config.steps
+    currency, size = config.budget_currency, config.group_size
+    spent, done = budget.get(currency), budget.episodes / size
+    if currency == "episodes":
+        cost: float | None = size
+    elif done > 0 and spent > 0:
+        cost = spent / done
+    elif currency in ("env_steps", "decisions"):
+        limit = max_episode_steps(config)
+        cost = size * limit if limit else None
+    else:
+        cost = None
+    left = config.steps - spent
+    if cost is None or left <= 0:
+        return count
+    return min(count, max(1, math.ceil(left / cost)))
 
 
 def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
