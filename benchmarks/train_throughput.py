@@ -1,9 +1,20 @@
-"""Benchmark: decision-plane training throughput, against an older checkout in the same run.
+"""Benchmark: training throughput of the three planes, against an older checkout in the same run.
 
 One fixed short decision-PPO run per setting (BabyAI-Text GoToLocal, TextWorldExpress
 coin, ScienceWorld find-plant under "easy"; the suite's options, examples/suite.toml),
 one thread, one iteration of 2 games x 4 episodes (the suite's epochs, minibatch and
-learning rate). Each arm runs every setting in a child process of its own:
+learning rate). ``--planes`` runs the same fixed run on the other planes too (the
+default is the decision plane alone): ``scoring`` (``--plane scoring``: each menu
+action's tokens scored after the prompt) and ``token`` (``--plane token --algo grpo``:
+free text, generated and parsed), each a row of its own (``babyai/scoring``). The
+scoring plane trains with a value head (``--advantage gae``), so its update runs even
+where every episode of a group scores the same; the token plane gets the token study's
+``--invalid-penalty -0.2``, but a row whose update found no advantage signal is named
+under the table (rollout only). An older checkout's planes are registered by hand
+(0.4.0 declared them by an entry point of its own install). A run
+that takes more than ``--cell-timeout`` seconds (default 300) is stopped and its cell
+left out, with a line in the table that says so. Each arm runs every setting in a
+child process of its own:
 
 * ``now``: this checkout;
 * ``old``: the checkout at ``--old DIR`` (e.g. a worktree of rlid 0.4.0, ``9cfa87c``),
@@ -23,7 +34,8 @@ Printed side by side, per setting and arm:
   positions it computes (padding included);
 * ``fwd/dec``: forward passes per decision;
 * the phase split from the run's own metrics (``env / menu / forward / backward``, and
-  ``other``: the rest of the iterations' wall time, the update's host work);
+  ``other``: the rest of the iterations' wall time, the update's host work; the token
+  plane's ``generate`` and the update's ``rescore`` count as ``forward``);
 * ``limit``: the share of the compute limit reached. The model FLOPs of the run are
   counted at every forward (2 x non-embedding parameters per real token, the causal
   attention's 4 x hidden x position per token and layer, the LM head where logits are
@@ -35,6 +47,8 @@ Printed side by side, per setting and arm:
     python benchmarks/train_throughput.py --old /work/old
     python benchmarks/train_throughput.py --old /work/old --levers padded,threads2,afterstate-changes
     python benchmarks/train_throughput.py --settings babyai --arms now --levers padded
+    python benchmarks/train_throughput.py --old /work/old --settings babyai,twx-coin \
+        --planes decision,scoring,token
 
 The numbers of rlid's own measurement are in docs/benchmarks.md.
 """
@@ -45,6 +59,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,11 +83,27 @@ SETTINGS: dict[str, list[str]] = {
 """The suite's options for these settings (examples/suite.toml), labels "auto"."""
 
 RUN = [
-    "--plane", "decision", "--labels", "auto", "--groups-per-iter", "2", "--group-size", "4",
+    "--groups-per-iter", "2", "--group-size", "4",
     "--epochs", "2", "--minibatch-size", "32", "--lr", "1e-4", "--seed", "0",
     "--eval-episodes", "0", "--quiet", "--budget-currency", "episodes", "--steps", "8",
 ]  # fmt: skip
 """One iteration of 8 episodes (whole episodes: the same work under every code path)."""
+
+PLANES: dict[str, list[str]] = {
+    "decision": ["--plane", "decision", "--labels", "auto"],
+    "scoring": ["--plane", "scoring", "--labels", "auto", "--advantage", "gae"],
+    "token": [
+        "--plane",
+        "token",
+        "--labels",
+        "auto",
+        "--algo",
+        "grpo",
+        "--invalid-penalty",
+        "-0.2",
+    ],
+}
+"""Plane -> its train flags (the rest of the run is :data:`RUN`, the same on every plane)."""
 
 LEVERS: dict[str, tuple[list[str], dict[str, str]]] = {
     "padded": ([], {"RLID_PACKING": "0"}),
@@ -82,6 +113,17 @@ LEVERS: dict[str, tuple[list[str], dict[str, str]]] = {
 """Lever arm -> (extra train flags, environment): this checkout with one thing changed."""
 
 PHASES = ("env", "menu", "forward", "backward")
+FORWARD_TIMERS = ("forward", "generate", "rescore")
+"""Timers counted as ``forward``: the no-gradient forwards of acting and re-scoring."""
+
+
+def cell(setting: str, plane: str, arm: str) -> str:
+    """The file name of one run (the decision plane's names are those of earlier --keep)."""
+    return f"{setting}-{arm}" if plane == "decision" else f"{setting}-{plane}-{arm}"
+
+
+def row_name(setting: str, plane: str) -> str:
+    return setting if plane == "decision" else f"{setting}/{plane}"
 
 
 # ---------------------------------------------------------------- the child process
@@ -177,6 +219,20 @@ def _time_iterations(record: dict[str, float]) -> None:
             module.run_iterations = timed
 
 
+def _register_old_planes() -> None:
+    """rlid 0.4.0 registers its scoring and token planes through an entry point of its own
+    install (``baselines.planes:register``), which this environment's install does not
+    declare: an older checkout run from ``PYTHONPATH`` gets them registered here."""
+    import importlib
+
+    try:
+        importlib.import_module("rlid.planes")  # 0.4.0's layout (now rlid.config.planes)
+        register = importlib.import_module("baselines.planes").register
+    except ImportError:
+        return
+    register()
+
+
 def child(out_json: Path, train_args: list[str]) -> None:
     """Run ``rlid train`` in this process, counting the model's work; write the record."""
     import runpy
@@ -187,6 +243,7 @@ def child(out_json: Path, train_args: list[str]) -> None:
     )
     _install_counter(record)
     _time_iterations(record)
+    _register_old_planes()
     threads = int(train_args[train_args.index("--threads") + 1])
     gemm = [_gemm_flops_per_s(128, 384, threads)]
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -204,12 +261,22 @@ def child(out_json: Path, train_args: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- the parent
-def run_arm(setting: str, arm: str, old: Path | None, threads: int, work: Path) -> None:
-    """Run one setting under one arm in a child process, into ``work``."""
+def run_arm(
+    setting: str,
+    arm: str,
+    old: Path | None,
+    threads: int,
+    work: Path,
+    plane: str = "decision",
+    timeout: float | None = None,
+) -> bool:
+    """Run one setting under one arm on one plane in a child process, into ``work``.
+    False when it ran past ``timeout`` seconds (the child is stopped, the cell left out)."""
     flags, env_add = LEVERS.get(arm, ([], {}))
-    out = work / f"{setting}-{arm}"
-    record = work / f"{setting}-{arm}.json"
-    args = [*SETTINGS[setting], *RUN, "--threads", str(threads), *flags, "--out", str(out)]
+    out = work / cell(setting, plane, arm)
+    record = work / f"{cell(setting, plane, arm)}.json"
+    args = [*SETTINGS[setting], *PLANES[plane], *RUN, "--threads", str(threads), *flags]
+    args += ["--out", str(out)]
     if "--threads" in flags:  # the lever's thread count wins
         i = args.index("--threads")
         del args[i : i + 2]
@@ -220,24 +287,37 @@ def run_arm(setting: str, arm: str, old: Path | None, threads: int, work: Path) 
             os.pathsep
         )
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(record), "--", *args]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
-    if done.returncode != 0:
-        raise SystemExit(f"{setting}/{arm} failed:\n{done.stderr[-3000:]}")
+    # a session of its own: a run stopped at the timeout takes its env's processes with it
+    child_ = subprocess.Popen(
+        cmd, env=env, cwd=work, text=True, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, stderr = child_.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child_.pid, signal.SIGKILL)
+        child_.communicate()
+        return False
+    if child_.returncode != 0:
+        raise SystemExit(f"{row_name(setting, plane)}/{arm} failed:\n{stderr[-3000:]}")
+    return True
 
 
-def summarise(work: Path, setting: str, arm: str) -> dict[str, Any]:
+def summarise(work: Path, setting: str, arm: str, plane: str = "decision") -> dict[str, Any]:
     """One arm's figures from its run directory and its child's record."""
-    out = work / f"{setting}-{arm}"
+    out = work / cell(setting, plane, arm)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    counted = json.loads((work / f"{setting}-{arm}.json").read_text())
+    counted = json.loads((work / f"{cell(setting, plane, arm)}.json").read_text())
     budget = rows[-1]["budget"]
-    phases = {p: sum(r.get("time", {}).get(p, 0.0) for r in rows) for p in PHASES}
+    names = dict(zip(PHASES, [("env",), ("menu",), FORWARD_TIMERS, ("backward",)]))
+    phases = {p: sum(r.get("time", {}).get(t, 0.0) for r in rows for t in names[p]) for p in PHASES}
     wall = float(budget["wall_time"])
     phases["other"] = max(wall - sum(phases.values()), 0.0)
     decisions = max(int(budget["decisions"]), 1)
     cpu = counted.get("train_cpu_s") or counted["cpu_s"]
     ideal = counted["flops"] / counted["gemm_flops_per_s"]
     return {
+        "updated": not any(r.get("skipped_update") for r in rows),
         "env_steps": int(budget["env_steps"]),
         "decisions": decisions,
         "wall_s": wall,
@@ -256,6 +336,7 @@ def summarise(work: Path, setting: str, arm: str) -> dict[str, Any]:
 
 
 def table(results: dict[str, dict[str, dict[str, Any]]], base: str) -> str:
+    """The markdown table; a cell left out (``{"left_out": reason}``) gets a row saying so."""
     head = (
         "| setting | arm | env steps | steps/s | x | steps/cpu-s | x | tok/dec | pos/dec "
         "| fwd/dec | env / menu / fwd / bwd / other | GEMM GF/s | ms/dec at limit | limit |"
@@ -263,7 +344,11 @@ def table(results: dict[str, dict[str, dict[str, Any]]], base: str) -> str:
     lines = [head, "|" + "---|" * 14]
     for setting, arms in results.items():
         ref = arms.get(base)
+        ref = None if ref is None or "left_out" in ref else ref
         for arm, r in arms.items():
+            if "left_out" in r:
+                lines.append(f"| {setting} | {arm} | left out: {r['left_out']} |" + " |" * 11)
+                continue
             speed = r["steps_per_s"] / ref["steps_per_s"] if ref else float("nan")
             cpu = r["steps_per_cpu_s"] / ref["steps_per_cpu_s"] if ref else float("nan")
             ph = r["phases"]
@@ -275,6 +360,10 @@ def table(results: dict[str, dict[str, dict[str, Any]]], base: str) -> str:
                 f"| {r['gemm_gflops']:.0f} | {r['ms_per_decision_at_limit']:.0f} "
                 f"| {100 * r['limit_share']:.0f}% |"
             )
+    skipped = [f"{setting}/{arm}" for setting, arms in results.items()
+               for arm, r in arms.items() if r.get("updated") is False]  # fmt: skip
+    if skipped:  # group advantages all zero: the iteration was rollout only
+        lines += ["", f"No update (no advantage signal, rollout only): {', '.join(skipped)}"]
     return "\n".join(lines)
 
 
@@ -289,6 +378,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arms", default="old,now", help="old and/or now, comma-separated")
     parser.add_argument("--levers", default="", help=f"lever arms: {', '.join(LEVERS)}")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--planes", default="decision",
+        help=f"comma-separated: {', '.join(PLANES)} (the same run on each; default: decision)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cell-timeout", type=float, default=300.0,
+        help="seconds one run (setting x plane x arm) may take before its cell is left out",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument(
@@ -297,33 +394,45 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     settings = [s for s in args.settings.split(",") if s]
+    planes = [p for p in args.planes.split(",") if p]
     arms = [a for a in args.arms.split(",") if a] + [a for a in args.levers.split(",") if a]
     for name in settings:
         if name not in SETTINGS:
             parser.error(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}")
+    for plane in planes:
+        if plane not in PLANES:
+            parser.error(f"unknown plane {plane!r}; known: {', '.join(PLANES)}")
     for arm in arms:
         if arm not in ("old", "now", *LEVERS):
             parser.error(f"unknown arm {arm!r}; known: old, now, {', '.join(LEVERS)}")
     if "old" in arms and args.old is None and args.from_dir is None:
         parser.error("the 'old' arm needs --old DIR (a checkout of the older code)")
+    cells = [(s, p) for p in planes for s in settings]
     results: dict[str, dict[str, dict[str, Any]]] = {}
     if args.from_dir is not None:  # the table of runs kept before (--keep)
-        for setting in settings:
-            found = {a: summarise(args.from_dir, setting, a) for a in arms
-                     if (args.from_dir / f"{setting}-{a}.json").exists()}  # fmt: skip
+        for setting, plane in cells:
+            found = {a: summarise(args.from_dir, setting, a, plane) for a in arms
+                     if (args.from_dir / f"{cell(setting, plane, a)}.json").exists()}  # fmt: skip
             if found:
-                results[setting] = found
+                results[row_name(setting, plane)] = found
     else:
         with tempfile.TemporaryDirectory() as tmp:
             work = args.keep or Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            for setting in settings:
-                results[setting] = {}
+            for setting, plane in cells:
+                name = row_name(setting, plane)
+                results[name] = {}
                 for arm in arms:
                     t0 = time.perf_counter()
-                    run_arm(setting, arm, args.old, args.threads, work)
-                    results[setting][arm] = summarise(work, setting, arm)
-                    print(f"{setting}/{arm}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+                    ran = run_arm(
+                        setting, arm, args.old, args.threads, work, plane, args.cell_timeout
+                    )
+                    took = time.perf_counter() - t0
+                    if ran:
+                        results[name][arm] = summarise(work, setting, arm, plane)
+                    else:
+                        results[name][arm] = {"left_out": f"over {args.cell_timeout:.0f} s"}
+                    print(f"{name}/{arm}: {took:.0f} s", file=sys.stderr)
     base = "old" if "old" in arms else arms[0]
     print(table(results, base))
     if args.json:

@@ -4,6 +4,7 @@ update benchmarks on it, and the GPU check script's syntax (it needs CUDA to run
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,31 @@ def test_logprob_memory_compares_the_written_out_form_with_blocks(capsys):
         assert values < 1e-5 and grads < 1e-4
     with pytest.raises(SystemExit):
         bench.main(["--dtype", "float13"])
+
+
+def test_train_throughput_prints_each_plane_and_the_cells_left_out(tmp_path, capsys):
+    """--planes rows from kept runs (--from), without running a model: a plane's row is
+    named setting/plane, a skipped update is said, a cell left out gets a row."""
+    bench = _script("train_throughput")
+    time_ = {"env": 1.0, "menu": 0.5, "generate": 2.0, "backward": 0.0}
+    budget = {"env_steps": 20, "decisions": 20, "wall_time": 4.0}
+    counted = {"forwards": 30.0, "tokens": 2000.0, "positions": 2100.0, "flops": 4e9,
+               "nograd_tokens": 2000.0, "train_cpu_s": 4.0, "cpu_s": 5.0,
+               "gemm_flops_per_s": 1e11}  # fmt: skip
+    for plane in ("decision", "token"):
+        run = tmp_path / bench.cell("babyai", plane, "now")
+        run.mkdir()
+        row = {"budget": budget, "time": time_, "skipped_update": float(plane == "token")}
+        (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        (tmp_path / f"{run.name}.json").write_text(json.dumps(counted))
+    bench.main(["--from", str(tmp_path), "--arms", "now", "--settings", "babyai",
+                "--planes", "decision,token"])  # fmt: skip
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:3] for line in out.splitlines() if line.startswith("| babyai")]
+    assert [[c.strip() for c in r] for r in rows] == [["babyai", "now"], ["babyai/token", "now"]]
+    assert "| 1.50 | 25% / 12% / 50% / 0% / 12% |" in out  # generate counts as forward
+    assert out.rstrip().endswith("rollout only): babyai/token/now")
+    left = bench.table({"babyai/scoring": {"old": {"left_out": "over 300 s"}}}, "old")
+    assert "| babyai/scoring | old | left out: over 300 s |" in left
+    with pytest.raises(SystemExit):
+        bench.main(["--from", str(tmp_path), "--planes", "pixels"])
