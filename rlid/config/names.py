@@ -80,6 +80,36 @@ def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
+WarningKind = Literal["label_mass", "shortened_prompts", "zero_advantages", "non_finite", "clipped"]
+"""What a run warns of at the iteration it happens (``rlid.runs.health``); ``--stop-on``
+names those that stop it."""
+WARNING_KINDS: tuple[str, ...] = get_args(WarningKind)
+
+
+def parse_stop_on(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"label_mass,clipped"`` / ``["non_finite"]`` / ``"any"`` / ``"none"`` -> validated
+    warning kinds, in :data:`WARNING_KINDS` order."""
+    if value is None:
+        return ()
+    items = [part for item in ([value] if isinstance(value, str) else value)
+             for part in str(item).split(",")]  # fmt: skip
+    names: set[str] = set()
+    for item in items:
+        name = str(item).strip().lower().replace("-", "_")
+        if name in ("", "none"):
+            continue
+        if name in ("any", "all"):
+            names.update(WARNING_KINDS)
+        elif name in WARNING_KINDS:
+            names.add(name)
+        else:
+            raise ValueError(
+                f"stop_on: unknown warning {str(item)[:40]!r}; choose from "
+                f"{', '.join(WARNING_KINDS)} (comma-separated), any or none"
+            )
+    return tuple(k for k in WARNING_KINDS if k in names)
+
+
 ModelSize = Literal["tiny", "large"]
 """Architecture presets of the tiny model family (``rlid.lm.models.MODEL_SIZES``)."""
 MODEL_SIZE_NAMES: tuple[str, ...] = get_args(ModelSize)

@@ -35,6 +35,7 @@ from rlid.config.names import (
     PlaneName,
     WeightDtype,
     parse_report_to,
+    parse_stop_on,
 )
 from rlid.config.registry import get_plane, plane_names
 from rlid.config.rollout_engines import TOKEN_PLANE_ENGINE_FIELDS, VLLM_FIELDS, check_rollout_engine
@@ -259,6 +260,13 @@ class TrainConfig:
         "wandb (offline unless WANDB_MODE is set), mlflow (RUN/mlruns), all or none; "
         "see rlid.runs.trackers",
     )
+    stop_on: tuple[str, ...] = option(
+        (),
+        "stop the run after an iteration that warns of one of these (comma-separated): "
+        "label_mass, shortened_prompts, zero_advantages, non_finite, clipped, any or none. "
+        "The run is checkpointed, summary.md says why and `rlid train` exits with status 4; "
+        "the warnings themselves are always printed (rlid.runs.health)",
+    )
     dist_timeout: float = option(
         300.0,
         "multi-process runs (torchrun): seconds a collective waits for the other processes "
@@ -372,6 +380,7 @@ class TrainConfig:
         check_rollout_engine(self)
         check_bounds(self)  # counts, sizes and scales within what torch can take
         object.__setattr__(self, "report_to", parse_report_to(self.report_to))
+        object.__setattr__(self, "stop_on", parse_stop_on(self.stop_on))
 
     @property
     def episodes_per_iter(self) -> int:
@@ -406,6 +415,8 @@ class TrainConfig:
                 del out[name]
         if "report_to" in out:
             out["report_to"] = list(self.report_to)
+        if "stop_on" in out:
+            out["stop_on"] = list(self.stop_on)
         if not get_plane(self.plane).generates_text:  # token-plane records always held them
             for name in TOKEN_PLANE_ENGINE_FIELDS:
                 if out[name] == self.__dataclass_fields__[name].default:
@@ -482,6 +493,7 @@ _RECORDED_WHEN_CHANGED = (
     "position_coef",
     "step_group_coef",
     "report_to",
+    "stop_on",
     "dist_timeout",
     "parallel",
     "threads",

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from rlid import envs as envs_pkg
 from rlid.config import TrainConfig
@@ -53,6 +54,7 @@ from rlid.lm.lora import AdapterDisabled
 from rlid.lm.models import CausalLM, own_memory
 from rlid.lm.starts import load_policy_model, model_pin
 from rlid.menus import resolve_template
+from rlid.runs import health
 from rlid.runs.changes import apply_resume_changes
 from rlid.runs.dir import rng_state
 from rlid.runs.log import RunLog, read_run_config
@@ -320,13 +322,16 @@ def end_iteration(
     state: TrainState,
     held_out: HeldOut,
     stop: StopSignals | None = None,
-) -> None:
-    """Log one iteration's row (time split, budget, optional eval) and checkpoint.
+) -> list[health.TrainingWarning]:
+    """Log one iteration's row (time split, budget, optional eval), say its warnings
+    and checkpoint.
 
     ``ctx.budget`` is already the global one (``rlid.lm.distributed.reduce_budget``); the
     time split is the mean over ranks. ``stop``: when any rank got SIGTERM / Ctrl-C
     (:mod:`rlid.runs.stop`), every rank checkpoints this iteration and raises
-    :class:`RunStopped`.
+    :class:`RunStopped`. The row's warnings (:mod:`rlid.runs.health`) are printed by the
+    writer; those ``config.stop_on`` names, while budget is left, are checkpointed and
+    returned (every rank reads the same reduced row, so every rank stops).
     """
     config, world, log, budget, parallel = ctx.config, ctx.world, ctx.log, ctx.budget, ctx.parallel
     row["time"] = dist_.mean_timers(ctx.timers.pop(), world)
@@ -337,9 +342,15 @@ def end_iteration(
     memory = cuda_memory_row(resolve_device(config.device))
     if memory is not None:
         row["gpu_memory"] = memory
+    found, new = health.watch(log.metrics, row)  # before a non-finite loss ends the run
+    if world.is_writer:
+        health.say(new, _write_above_bar)
+    halt = health.stop_reasons(found, config.stop_on)
+    if budget.get(config.budget_currency) >= config.steps:
+        halt = []  # the run ends here anyway, evaluated as usual
     log.append_metrics(row)
     stopping = stop is not None and dist_.any_rank(stop.requested, world)
-    if stopping or log.checkpoint_due(iteration, budget):
+    if stopping or halt or log.checkpoint_due(iteration, budget):
         rng_states = dist_.gather_objects(rng_state(), world)
         model_state, optimizer_state = (
             parallel.full_state(state.optimizer) if parallel else (None, None)
@@ -355,6 +366,13 @@ def end_iteration(
         raise RunStopped(
             log.path, iteration, stop.signum or signal.SIGTERM, quiet=not world.is_writer
         )
+    return halt
+
+
+def _write_above_bar(line: str) -> None:
+    """One line on stderr, above the progress bar when one is shown."""
+    tqdm.write(line, file=sys.stderr)
+    sys.stderr.flush()
 
 
 def finish_run(ctx: RunContext, held_out: HeldOut) -> None:
@@ -386,7 +404,10 @@ def run_iterations(
     Around each step: the iteration's randomness (:func:`rlid.core.seeds.iteration_rngs`),
     its wall time, the budget summed over processes, the metrics row, checkpoints and
     the progress bar. SIGTERM / Ctrl-C: the iteration under way ends, is checkpointed,
-    and :class:`rlid.runs.stop.RunStopped` is raised (the writer says so).
+    and :class:`rlid.runs.stop.RunStopped` is raised (the writer says so). A warning
+    ``config.stop_on`` names: the iteration is checkpointed, ``summary.md`` written
+    (no held-out evaluation after training) and
+    :class:`rlid.runs.health.StoppedOnWarning` raised.
     """
     config, budget = ctx.config, ctx.budget
     spent = budget.get(config.budget_currency)
@@ -394,6 +415,7 @@ def run_iterations(
     bar = RunBar(config.steps, spent, config.budget_currency, shown)
     clock = RunClock(config, iteration=start, spent=spent)  # the whole run's time left
     iteration = start
+    halt: list[health.TrainingWarning] = []
     try:
         with StopSignals(announce=ctx.world.is_writer) as stop:
             while budget.get(config.budget_currency) < config.steps:
@@ -405,7 +427,7 @@ def run_iterations(
                 budget.wall_time += time.perf_counter() - t0
                 dist_.reduce_budget(budget, spent_before, ctx.world)
                 timed = len(held_out.seconds)
-                end_iteration(ctx, row, iteration, state=state, held_out=held_out, stop=stop)
+                halt = end_iteration(ctx, row, iteration, state=state, held_out=held_out, stop=stop)
                 seconds = time.perf_counter() - t0 - sum(held_out.seconds[timed:])
                 clock.record(iteration, budget.get(config.budget_currency), seconds)
                 eval_seconds = held_out.typical_seconds()
@@ -415,8 +437,14 @@ def run_iterations(
                     budget.get(config.budget_currency), ret=row["return"], win=row["success"],
                     left=left,
                 )  # fmt: skip
+                if halt:
+                    break
     finally:
         bar.close()
+    if halt:
+        ctx.log.finish()  # the summary says why
+        dist_.barrier(ctx.world)
+        raise health.StoppedOnWarning(ctx.log.path, halt, quiet=not ctx.world.is_writer)
     finish_run(ctx, held_out)
 
 

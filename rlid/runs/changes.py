@@ -23,7 +23,7 @@ from rlid.runs.log import check_resumable, config_fingerprint, read_run_config
 # Fields a ``--resume`` may change: they decide how long the run goes and how it is
 # watched, not what any iteration computes. Anything else is refused.
 RESUME_CHANGEABLE = (
-    "steps", "threads", "checkpoint_every", "checkpoint_minutes", "eval_every",
+    "steps", "threads", "checkpoint_every", "checkpoint_minutes", "eval_every", "stop_on",
     # hardware: where and how, not what (dtype and mixed precision change the numbers)
     "device", "env_workers", "keep_checkpoints", "gradient_checkpointing", "ref_offload",
 )  # fmt: skip

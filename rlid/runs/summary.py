@@ -12,6 +12,7 @@ import torch
 
 from rlid.config.registry import get_plane
 from rlid.runs import dir as rundir
+from rlid.runs import health
 from rlid.runs.curves import write_curves
 from rlid.runs.pin import WEIGHT_SUFFIXES
 from rlid.runs.software import describe_software
@@ -193,6 +194,7 @@ def write_summary(run_dir: Path, config: Any, metrics: list[dict[str, Any]]) -> 
         if stats:
             lines.append(f"| {when} | " + " | ".join(_fmt(stats.get(k, "")) for k in keys) + " |")
     if metrics:
+        lines += ["", *health.summary_lines(config, metrics, run_dir)]
         last = metrics[-1]
         lines += ["", f"## Last iteration ({last['iteration']})", ""]
         shown = ["return", "success", "episode_length", "rollout_entropy", "label_marginal_kl_uniform",
