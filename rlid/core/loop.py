@@ -245,13 +245,14 @@ def groups_to_play(ctx: RunContext, count: int) -> int:
     """How many of an iteration's ``count`` groups (in group order) the budget left
     (``--steps`` in ``budget_currency``) is expected to need: the budget left divided by
     what a group has cost so far in this run (the run's spend per group played), at
-    least one group, at most ``count``.
+    least one group per process, at most ``count``.
 
     Before any group was played, the cost of a group is bounded by its episodes at the
     env's step limit (env steps and decisions; an episode budget counts episodes), so
     a small budget plays no more groups than it could need; other currencies play every
     group. The decision reads the run's budget, which every process holds the same at
-    an iteration's start, so N processes play the groups one process would, and a
+    an iteration's start, so N processes play the groups one process would (unless the
+    budget left needs fewer groups than there are processes), and a
     resumed run the groups of the uninterrupted one. The groups not started are counted
     in ``groups_skipped``; the episodes of the groups started are all finished."""
     config, budget = ctx.config, ctx.budget
@@ -269,7 +270,9 @@ def groups_to_play(ctx: RunContext, count: int) -> int:
     left = config.steps - spent
     if cost is None or left <= 0:
         return count
-    return min(count, max(1, math.ceil(left / cost)))
+    # every process plays at least one group (a process without episodes has nothing to
+    # join the update's collectives with): the one place the world size shows
+    return min(count, max(1, ctx.world.size, math.ceil(left / cost)))
 
 
 def begin_run(ctx: RunContext, state: TrainState, held_out: HeldOut) -> int:
