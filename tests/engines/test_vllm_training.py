@@ -178,9 +178,14 @@ def test_two_processes_with_an_engine_each_train_like_one_on_the_trainer(tmp_pat
     import subprocess
     import sys
 
-    reference = train(tmp_path, "trainer", config("decision", "trainer"))
+    # a budget of whole iterations (4 x 2 groups x 4 episodes): an iteration whose budget
+    # left needs fewer groups than there are processes plays one group per process
+    # (rlid.core.loop.groups_to_play), the one case where 2 processes play more than one
+    budget = {"budget_currency": "episodes", "steps": 32}
+    reference = train(tmp_path, "trainer", config("decision", "trainer", **budget))
     flags = ["--env", "keydoor", "-o", "size=2", "--model", "tiny-random", "--threads", "1",
-             "--seed", "3", "--steps", "200", "--groups-per-iter", "2", "--eval-episodes", "2",
+             "--seed", "3", "--budget-currency", "episodes", "--steps", "32",
+             "--groups-per-iter", "2", "--eval-episodes", "2",
              "--rollout-engine", "vllm", "--vllm-kv-cache-gib", "1", "--mismatch", "tis",
              "--parallel", "ddp", "--quiet", "--out", str(tmp_path / "ddp")]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
