@@ -96,16 +96,20 @@ def _packed_attention(
 AttentionInterface.register(PACKED, _packed_attention)
 
 
-def _config(model: Any) -> Any:
-    """The model's config object, through wrappers (DDP's ``module``)."""
+def _unwrapped(model: Any) -> Any:
+    """The model inside wrappers that hold it as ``module`` (DDP) and have no config."""
     while not hasattr(model, "config") and hasattr(model, "module"):
         model = model.module
-    return getattr(model, "config", None)
+    return model
+
+
+def _config(model: Any) -> Any:
+    """The model's config object, through wrappers (DDP's ``module``)."""
+    return getattr(_unwrapped(model), "config", None)
 
 
 def _model_class(model: Any) -> type:
-    while hasattr(model, "module") and not hasattr(model, "config"):
-        model = model.module
+    model = _unwrapped(model)
     base = getattr(model, "get_base_model", None)  # peft
     return type(base()) if callable(base) else type(model)
 
@@ -114,8 +118,7 @@ def _recomputes(model: Any) -> bool:
     """Whether a forward of ``model`` now runs under gradient checkpointing (enabled, in
     train mode): its layers are recomputed in the backward, after :func:`packed_forward`
     has put the attention implementation back, so they would recompute unpacked."""
-    while hasattr(model, "module") and not hasattr(model, "config"):
-        model = model.module
+    model = _unwrapped(model)
     name = (  # transformers 5 renamed it
         "is_activation_checkpointing"
         if hasattr(type(model), "is_activation_checkpointing")
